@@ -1,0 +1,86 @@
+//! The seam between the engine and a model library. A backend runs one instance's copy of a
+//! model; it knows nothing of queues, batching or sequences.
+
+use crate::error::Result;
+use crate::request::InferResponse;
+use crate::tensor::Tensor;
+
+/// Where and how an instance runs, from `instance_group`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceSpec {
+    /// Triton's instance name: `<model>_<group>_<index>` or the group's own name.
+    pub name: String,
+    /// Position among the model's instances (0-based).
+    pub index: usize,
+    pub kind: InstanceKind,
+    /// GPU ordinal for `KIND_GPU`.
+    pub device: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceKind {
+    Cpu,
+    Gpu,
+    Model,
+}
+
+/// One batch handed to a backend: the inputs merged along the batch dimension (or the single
+/// request's inputs unchanged) and the union of the outputs wanted.
+#[derive(Debug)]
+pub struct BatchInput<'a> {
+    pub inputs: &'a [Tensor],
+    /// Output names wanted by at least one request of the batch; empty = all.
+    pub outputs: &'a [String],
+    /// Total batch size (sum of the requests' first dims; 1 for non-batching models).
+    pub batch_size: usize,
+}
+
+/// One loaded copy of a model. Runs on the instance's own thread, one batch at a time.
+pub trait Backend: Send {
+    /// Runs a batch and returns its outputs, batched the same way as the inputs.
+    fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>>;
+
+    /// For decoupled models: runs one request and sends any number of responses through
+    /// `emit`. The engine sends the final flag after this returns.
+    fn execute_decoupled(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
+    ) -> Result<()> {
+        let outputs = self.execute(batch)?;
+        emit(outputs)
+    }
+}
+
+/// Makes instances of one model version; called by the supervisor at load and on restart, on
+/// the instance's own thread.
+pub trait BackendFactory: Send + Sync {
+    fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>>;
+}
+
+impl<F> BackendFactory for F
+where
+    F: Fn(&InstanceSpec) -> Result<Box<dyn Backend>> + Send + Sync,
+{
+    fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
+        self(instance)
+    }
+}
+
+/// Builds a response for one request from its outputs (used by the instance actor).
+pub(crate) fn response(
+    id: &str,
+    model: &str,
+    version: i64,
+    outputs: Vec<Tensor>,
+    is_final: bool,
+) -> InferResponse {
+    InferResponse {
+        id: id.to_string(),
+        model: model.to_string(),
+        version,
+        outputs,
+        parameters: Default::default(),
+        is_final,
+    }
+}

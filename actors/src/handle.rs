@@ -1,0 +1,123 @@
+//! A loaded model version as the rest of the server sees it: validate, submit, await, unload.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::{Actor, Addr, ArbiterHandle};
+use tokio::sync::oneshot;
+
+use crate::backend::BackendFactory;
+use crate::error::{Error, Result};
+use crate::figures::ModelFigures;
+use crate::instance::Pending;
+use crate::policy::ModelPolicy;
+use crate::request::{InferRequest, InferResponse, Reply};
+use crate::scheduler::{Enqueue, Scheduler};
+use crate::stats::{FailureReason, ModelStats};
+use crate::supervisor::{Stop, Supervisor};
+use crate::validate::validate_request;
+
+/// The arbiter (one event-loop thread) on which schedulers and supervisors run.
+pub struct Engine {
+    arbiter: actix::Arbiter,
+}
+
+impl Engine {
+    /// Must be called inside a running actix system.
+    pub fn new() -> Self {
+        Engine { arbiter: actix::Arbiter::new() }
+    }
+
+    pub fn handle(&self) -> ArbiterHandle {
+        self.arbiter.handle()
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub struct ModelHandle {
+    pub policy: Arc<ModelPolicy>,
+    pub stats: Arc<ModelStats>,
+    pub figures: Arc<ModelFigures>,
+    scheduler: Addr<Scheduler>,
+    supervisor: Addr<Supervisor>,
+}
+
+impl std::fmt::Debug for ModelHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModelHandle({} v{})", self.policy.name, self.policy.version)
+    }
+}
+
+impl ModelHandle {
+    /// Starts the scheduler, the supervisor and the instances; resolves when every instance
+    /// has loaded, or with the first load error.
+    pub async fn load(engine: &ArbiterHandle, policy: ModelPolicy, factory: Arc<dyn BackendFactory>) -> Result<ModelHandle> {
+        let policy = Arc::new(policy);
+        let stats = Arc::new(ModelStats::default());
+        let figures = Arc::new(ModelFigures::new(policy.instances.len()));
+        let (p, s, f) = (policy.clone(), stats.clone(), figures.clone());
+        let scheduler = Scheduler::start_in_arbiter(engine, move |_| Scheduler::new(p, s, f));
+        let (tx, rx) = oneshot::channel();
+        let (p, s, f, sch) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone());
+        let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx));
+        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor };
+        match rx.await {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(e)) => {
+                handle.unload().await;
+                Err(e)
+            }
+            Err(_) => Err(Error::internal("the model supervisor stopped while loading")),
+        }
+    }
+
+    /// True while at least one instance is alive.
+    pub fn is_ready(&self) -> bool {
+        self.figures.live_instances() > 0 && self.scheduler.connected()
+    }
+
+    /// Validates and queues a request; its answer comes on `reply`. An error here means the
+    /// request was not queued (and `reply` was dropped unanswered).
+    pub fn submit(&self, mut request: InferRequest, reply: Reply) -> Result<()> {
+        if let Err(e) = validate_request(&self.policy, &mut request) {
+            self.stats.record_failure(request.received.elapsed(), FailureReason::Other);
+            return Err(e);
+        }
+        let batch_size = request.batch_size(self.policy.batches());
+        let received = request.received;
+        let pending = Pending { request, reply, enqueued: Instant::now(), batch_size };
+        self.stats.pending.fetch_add(1, Relaxed);
+        self.figures.scheduler_mailbox.fetch_add(1, Relaxed);
+        if self.scheduler.try_send(Enqueue(pending)).is_err() {
+            self.figures.scheduler_mailbox.fetch_sub(1, Relaxed);
+            self.stats.pending.fetch_sub(1, Relaxed);
+            self.stats.record_failure(received.elapsed(), FailureReason::Rejected);
+            return Err(Error::unavailable(format!(
+                "model '{}' version {} cannot take requests now (queue full or unloading)",
+                self.policy.name, self.policy.version
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs one request and waits for its single response.
+    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+        let (reply, rx) = Reply::once();
+        self.submit(request, reply)?;
+        rx.await.map_err(|_| Error::internal(format!("model '{}' dropped the request", self.policy.name)))?
+    }
+
+    /// Stops taking restarts, lets queued and running requests finish, stops the instances.
+    pub async fn unload(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.supervisor.try_send(Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The instance actor: one loaded copy of a model on its own OS thread, running one batch at a
+//! time. It merges the batch's inputs, calls its backend, splits the outputs back per request,
+//! answers each request, and stamps the timings that statistics read. A backend panic fails
+//! the batch and ends the actor; the supervisor starts a new one.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+
+use crate::backend::{self, Backend, BackendFactory, BatchInput, InstanceSpec};
+use crate::batch::{merge_inputs, split_outputs};
+use crate::error::{Error, ErrorKind, Result};
+use crate::figures::ModelFigures;
+use crate::policy::ModelPolicy;
+use crate::request::{InferRequest, Reply};
+use crate::scheduler::{InstanceIdle, Scheduler};
+use crate::stats::{FailureReason, ModelStats, RequestTimes};
+use crate::supervisor::{InstanceFailed, InstanceReady, Supervisor};
+
+/// A request waiting for, or running in, an execution.
+#[derive(Debug)]
+pub struct Pending {
+    pub request: InferRequest,
+    pub reply: Reply,
+    pub enqueued: Instant,
+    pub batch_size: usize,
+}
+
+impl Pending {
+    /// Answers with an error and counts the failure.
+    pub(crate) fn fail(self, stats: &ModelStats, error: Error) {
+        let reason = match error.kind {
+            ErrorKind::Unavailable => FailureReason::Rejected,
+            ErrorKind::Cancelled => FailureReason::Canceled,
+            ErrorKind::Internal => FailureReason::Backend,
+            _ => FailureReason::Other,
+        };
+        stats.record_failure(self.request.received.elapsed(), reason);
+        stats.pending.fetch_sub(1, Relaxed);
+        self.reply.send(Err(error));
+    }
+}
+
+/// The instance actor's mailbox.
+pub(crate) enum InstanceMsg {
+    Execute(Vec<Pending>),
+    Shutdown,
+}
+
+/// What an instance thread needs; cloned for each (re)start.
+#[derive(Clone)]
+pub(crate) struct InstanceEnv {
+    pub spec: InstanceSpec,
+    pub generation: u64,
+    pub policy: Arc<ModelPolicy>,
+    pub stats: Arc<ModelStats>,
+    pub figures: Arc<ModelFigures>,
+    pub factory: Arc<dyn BackendFactory>,
+    pub scheduler: Addr<Scheduler>,
+    pub supervisor: Addr<Supervisor>,
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Starts an instance thread. It reports `InstanceReady` or `InstanceFailed` to the supervisor.
+pub(crate) fn spawn(env: InstanceEnv) {
+    let name = format!("inst-{}", env.spec.name);
+    let result = std::thread::Builder::new().name(name).spawn(move || run(env));
+    if let Err(e) = result {
+        tracing::error!("could not start an instance thread: {e}");
+    }
+}
+
+fn run(env: InstanceEnv) {
+    let idx = env.spec.index;
+    let created = catch_unwind(AssertUnwindSafe(|| env.factory.create(&env.spec)));
+    let mut backend: Box<dyn Backend> = match created {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason: e.message });
+            return;
+        }
+        Err(p) => {
+            let reason = format!("instance '{}' panicked while loading: {}", env.spec.name, panic_message(&*p));
+            env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason });
+            return;
+        }
+    };
+    let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
+    env.supervisor.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            InstanceMsg::Shutdown => break,
+            InstanceMsg::Execute(batch) => {
+                let started = Instant::now();
+                let outcome = match catch_unwind(AssertUnwindSafe(|| execute(&env, backend.as_mut(), batch))) {
+                    Ok(r) => r,
+                    Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
+                };
+                env.figures.instance(idx).busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
+                if let Err(reason) = outcome {
+                    // The batch's requests were answered inside `execute` when the backend
+                    // panicked; this instance's state is unknown now, so it ends here.
+                    drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
+                    env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason });
+                    return;
+                }
+                env.scheduler.do_send(InstanceIdle { index: idx, generation: env.generation });
+            }
+        }
+    }
+}
+
+/// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already answered).
+fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<(), String> {
+    let policy = &env.policy;
+    let stats = &env.stats;
+    let compute_start = Instant::now();
+    // Drop requests whose client has gone before spending compute on them.
+    let (live, gone): (Vec<Pending>, Vec<Pending>) = batch.into_iter().partition(|p| !p.reply.is_closed());
+    for p in gone {
+        p.fail(stats, Error::cancelled("the client cancelled the request"));
+    }
+    if live.is_empty() {
+        return Ok(());
+    }
+    let sizes: Vec<usize> = live.iter().map(|p| p.batch_size).collect();
+    let total: usize = sizes.iter().sum();
+    let mut wanted: Vec<String> = Vec::new();
+    if live.iter().all(|p| !p.request.outputs.is_empty()) {
+        for p in &live {
+            for o in &p.request.outputs {
+                if !wanted.contains(&o.name) {
+                    wanted.push(o.name.clone());
+                }
+            }
+        }
+    }
+    let inputs: Vec<&[crate::tensor::Tensor]> = live.iter().map(|p| p.request.inputs.as_slice()).collect();
+    let merged = match merge_inputs(&inputs) {
+        Ok(m) => m,
+        Err(e) => {
+            for p in live {
+                p.fail(stats, e.clone());
+            }
+            return Ok(());
+        }
+    };
+    let input_end = Instant::now();
+    let input = BatchInput { inputs: &merged, outputs: &wanted, batch_size: total };
+
+    if policy.decoupled {
+        return execute_decoupled(env, backend, live, input, compute_start, input_end);
+    }
+
+    let result = catch_unwind(AssertUnwindSafe(|| backend.execute(input)));
+    let infer_end = Instant::now();
+    let panicked = match &result {
+        Err(p) => Some(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&**p))),
+        Ok(_) => None,
+    };
+    let split = match result {
+        Ok(Ok(outputs)) => split_outputs(outputs, &sizes),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::internal(panicked.clone().unwrap_or_default())),
+    };
+    match split {
+        Err(e) => {
+            for p in live {
+                p.fail(stats, e.clone());
+            }
+        }
+        Ok(per_request) => {
+            for (p, outputs) in live.into_iter().zip(per_request) {
+                let outputs = if p.request.outputs.is_empty() {
+                    outputs
+                } else {
+                    outputs
+                        .into_iter()
+                        .filter(|t| p.request.outputs.iter().any(|o| o.name == t.name))
+                        .collect()
+                };
+                let response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
+                let output_end = Instant::now();
+                stats.record_success(&RequestTimes {
+                    total: p.request.received.elapsed(),
+                    queue: compute_start.saturating_duration_since(p.enqueued),
+                    compute_input: input_end - compute_start,
+                    compute_infer: infer_end - input_end,
+                    compute_output: output_end - infer_end,
+                    batch_size: p.batch_size as u64,
+                });
+                stats.pending.fetch_sub(1, Relaxed);
+                p.reply.send(Ok(response));
+            }
+        }
+    }
+    let output_end = Instant::now();
+    stats.record_execution(total as u64, input_end - compute_start, infer_end - input_end, output_end - infer_end);
+    env.figures.instance(env.spec.index).executions.fetch_add(1, Relaxed);
+    match panicked {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    }
+}
+
+fn execute_decoupled(
+    env: &InstanceEnv,
+    backend: &mut dyn Backend,
+    live: Vec<Pending>,
+    input: BatchInput<'_>,
+    compute_start: Instant,
+    input_end: Instant,
+) -> Result<(), String> {
+    let policy = &env.policy;
+    let stats = &env.stats;
+    // Decoupled models run one request at a time (the batcher never merges them).
+    let p = live.into_iter().next().expect("a live request");
+    let mut emit = |outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
+        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
+    let infer_end = Instant::now();
+    let mut panicked = None;
+    match result {
+        Ok(Ok(())) => {
+            stats.record_success(&RequestTimes {
+                total: p.request.received.elapsed(),
+                queue: compute_start.saturating_duration_since(p.enqueued),
+                compute_input: input_end - compute_start,
+                compute_infer: infer_end - input_end,
+                compute_output: Duration::ZERO,
+                batch_size: p.batch_size as u64,
+            });
+            stats.pending.fetch_sub(1, Relaxed);
+            let last = backend::response(&p.request.id, &policy.name, policy.version, Vec::new(), true);
+            p.reply.send(Ok(last));
+        }
+        Ok(Err(e)) => p.fail(stats, e),
+        Err(panic) => {
+            let reason = format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*panic));
+            p.fail(stats, Error::internal(reason.clone()));
+            panicked = Some(reason);
+        }
+    }
+    stats.record_execution(1, input_end - compute_start, infer_end - input_end, Duration::ZERO);
+    match panicked {
+        Some(r) => Err(r),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,26 @@
+//! Tritium's engine: tensors, requests and responses, the `Backend` trait, and the actors that
+//! schedule and run models — the scheduler (with its batcher), the instances and the
+//! supervisor. It knows nothing of HTTP, gRPC, `config.pbtxt` or any model library.
+
+pub mod backend;
+pub mod batch;
+pub mod batcher;
+pub mod error;
+pub mod figures;
+pub mod handle;
+pub mod instance;
+pub mod policy;
+pub mod request;
+pub mod scheduler;
+pub mod stats;
+pub mod supervisor;
+pub mod tensor;
+pub mod validate;
+
+pub use backend::{Backend, BackendFactory, BatchInput, InstanceKind, InstanceSpec};
+pub use error::{Error, ErrorKind, Result};
+pub use handle::{Engine, ModelHandle};
+pub use policy::{DynamicBatchPolicy, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy, TimeoutAction};
+pub use request::{CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags};
+pub use stats::{ModelStats, StatsSnapshot};
+pub use tensor::{DataType, Tensor};

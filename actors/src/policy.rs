@@ -1,0 +1,117 @@
+//! What the engine needs to know of a model version, as plain structs. The server validates a
+//! `config.pbtxt` into these once; the engine never reads the config itself.
+
+use std::time::Duration;
+
+use crate::backend::InstanceSpec;
+use crate::tensor::DataType;
+
+/// One input or output of a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Dims without the batch dimension; -1 = any size.
+    pub dims: Vec<i64>,
+    /// What the backend sees instead of `dims` (`reshape { shape: [...] }`).
+    pub reshape: Option<Vec<i64>>,
+    pub optional: bool,
+    pub allow_ragged_batch: bool,
+    pub is_shape_tensor: bool,
+}
+
+impl IoSpec {
+    pub fn new(name: impl Into<String>, datatype: DataType, dims: Vec<i64>) -> Self {
+        IoSpec {
+            name: name.into(),
+            datatype,
+            dims,
+            reshape: None,
+            optional: false,
+            allow_ragged_batch: false,
+            is_shape_tensor: false,
+        }
+    }
+}
+
+/// What a queue does with a request whose timeout passed before it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutAction {
+    Reject,
+    Delay,
+}
+
+/// `ModelQueuePolicy`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePolicy {
+    pub timeout_action: TimeoutAction,
+    pub default_timeout: Option<Duration>,
+    pub allow_timeout_override: bool,
+    /// 0 = unbounded in Triton; the engine still applies its own hard bound.
+    pub max_queue_size: usize,
+}
+
+impl Default for QueuePolicy {
+    fn default() -> Self {
+        QueuePolicy {
+            timeout_action: TimeoutAction::Reject,
+            default_timeout: None,
+            allow_timeout_override: false,
+            max_queue_size: 0,
+        }
+    }
+}
+
+/// `dynamic_batching { ... }`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DynamicBatchPolicy {
+    pub preferred_batch_sizes: Vec<usize>,
+    pub max_queue_delay: Duration,
+    pub preserve_ordering: bool,
+    pub priority_levels: u64,
+    pub default_priority_level: u64,
+    pub default_queue_policy: QueuePolicy,
+    pub priority_queue_policy: Vec<(u64, QueuePolicy)>,
+}
+
+/// Which scheduler fronts the instances.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchedulerPolicy {
+    /// Each request goes alone to a free instance.
+    Direct,
+    /// The batcher merges requests.
+    Dynamic(DynamicBatchPolicy),
+}
+
+/// A model version, as the engine runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPolicy {
+    pub name: String,
+    pub version: i64,
+    /// 0 = the model does not batch; inputs carry no batch dimension.
+    pub max_batch_size: usize,
+    pub inputs: Vec<IoSpec>,
+    pub outputs: Vec<IoSpec>,
+    pub instances: Vec<InstanceSpec>,
+    pub scheduler: SchedulerPolicy,
+    pub decoupled: bool,
+    /// Hard bound on queued requests, whatever the config says (bounded mailboxes everywhere).
+    pub queue_capacity: usize,
+}
+
+/// The engine's bound on one model's queue when the config sets none.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 16_384;
+
+impl ModelPolicy {
+    pub fn batches(&self) -> bool {
+        self.max_batch_size > 0
+    }
+
+    pub fn input(&self, name: &str) -> Option<&IoSpec> {
+        self.inputs.iter().find(|i| i.name == name)
+    }
+
+    pub fn output(&self, name: &str) -> Option<&IoSpec> {
+        self.outputs.iter().find(|o| o.name == name)
+    }
+}

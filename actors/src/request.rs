@@ -1,0 +1,171 @@
+//! Protocol-neutral requests and responses, and the channel a response goes back on.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// A request or response parameter value (KServe v2 parameters).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+    Str(String),
+}
+
+pub type Parameters = BTreeMap<String, ParamValue>;
+
+/// A sequence's correlation ID: Triton accepts unsigned integers or strings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CorrelationId {
+    U64(u64),
+    Str(String),
+}
+
+impl std::fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CorrelationId::U64(v) => write!(f, "{v}"),
+            CorrelationId::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The sequence fields of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceFlags {
+    pub id: CorrelationId,
+    pub start: bool,
+    pub end: bool,
+}
+
+/// An output the client asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestedOutput {
+    pub name: String,
+    /// `classification` extension: top-N classes instead of the raw tensor (0 = raw).
+    pub class_count: u32,
+}
+
+/// One inference request, as every frontend hands it to the engine.
+#[derive(Debug, Clone)]
+pub struct InferRequest {
+    pub id: String,
+    pub model: String,
+    /// `None` selects the model's latest ready version.
+    pub version: Option<i64>,
+    pub inputs: Vec<Tensor>,
+    /// Empty means "all outputs".
+    pub outputs: Vec<RequestedOutput>,
+    pub parameters: Parameters,
+    pub sequence: Option<SequenceFlags>,
+    pub priority: u64,
+    pub timeout_us: u64,
+    pub received: Instant,
+}
+
+impl InferRequest {
+    pub fn new(model: impl Into<String>, inputs: Vec<Tensor>) -> Self {
+        InferRequest {
+            id: String::new(),
+            model: model.into(),
+            version: None,
+            inputs,
+            outputs: Vec::new(),
+            parameters: Parameters::new(),
+            sequence: None,
+            priority: 0,
+            timeout_us: 0,
+            received: Instant::now(),
+        }
+    }
+
+    /// The batch size this request contributes: its first dim when the model batches, else 1.
+    pub fn batch_size(&self, model_batches: bool) -> usize {
+        if !model_batches {
+            return 1;
+        }
+        self.inputs
+            .first()
+            .and_then(|t| t.shape.first())
+            .map(|&d| d.max(0) as usize)
+            .unwrap_or(1)
+    }
+
+    pub fn input(&self, name: &str) -> Option<&Tensor> {
+        self.inputs.iter().find(|t| t.name == name)
+    }
+}
+
+/// One response. A decoupled model may send several for one request; the last has `is_final`.
+#[derive(Debug, Clone)]
+pub struct InferResponse {
+    pub id: String,
+    pub model: String,
+    pub version: i64,
+    pub outputs: Vec<Tensor>,
+    pub parameters: Parameters,
+    pub is_final: bool,
+}
+
+/// Where the engine sends a request's response(s).
+pub enum Reply {
+    /// Exactly one response or error.
+    Once(oneshot::Sender<Result<InferResponse>>),
+    /// Any number of responses; the stream ends with a response whose `is_final` is set,
+    /// or with an error.
+    Stream(mpsc::UnboundedSender<Result<InferResponse>>),
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reply::Once(_) => "Reply::Once",
+            Reply::Stream(_) => "Reply::Stream",
+        })
+    }
+}
+
+impl Reply {
+    pub fn once() -> (Reply, oneshot::Receiver<Result<InferResponse>>) {
+        let (tx, rx) = oneshot::channel();
+        (Reply::Once(tx), rx)
+    }
+
+    /// True when the client has gone: nobody will read the answer.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Reply::Once(tx) => tx.is_closed(),
+            Reply::Stream(tx) => tx.is_closed(),
+        }
+    }
+
+    /// Sends the final answer, consuming the reply.
+    pub fn send(self, result: Result<InferResponse>) {
+        match self {
+            Reply::Once(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Stream(tx) => {
+                let _ = tx.send(result);
+            }
+        }
+    }
+
+    /// Sends a non-final response of a decoupled model. A oneshot reply cannot take one.
+    pub fn send_partial(&self, response: InferResponse) -> Result<()> {
+        match self {
+            Reply::Once(_) => Err(Error::unsupported(
+                "this endpoint accepts one response per request; use a stream for decoupled models",
+            )),
+            Reply::Stream(tx) => tx
+                .send(Ok(response))
+                .map_err(|_| Error::cancelled("the client closed the stream")),
+        }
+    }
+}

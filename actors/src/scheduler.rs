@@ -1,0 +1,224 @@
+//! The scheduler actor of one model version: owns the queue, asks the batcher for batches and
+//! hands each to a free instance. It runs no model; the instances tell it when they are free.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::{Actor, AsyncContext, Context, Handler, Message, SpawnHandle};
+use tokio::sync::oneshot;
+
+use crate::batcher::{Batcher, Next};
+use crate::error::Error;
+use crate::figures::ModelFigures;
+use crate::instance::{InstanceMsg, Pending};
+use crate::policy::ModelPolicy;
+use crate::stats::ModelStats;
+
+struct Slot {
+    mailbox: Option<SyncSender<InstanceMsg>>,
+    generation: u64,
+    busy: bool,
+}
+
+pub struct Scheduler {
+    policy: Arc<ModelPolicy>,
+    stats: Arc<ModelStats>,
+    figures: Arc<ModelFigures>,
+    batcher: Batcher,
+    slots: Vec<Slot>,
+    wake: Option<(Instant, SpawnHandle)>,
+    drained: Vec<oneshot::Sender<()>>,
+    draining: bool,
+}
+
+impl Scheduler {
+    pub(crate) fn new(policy: Arc<ModelPolicy>, stats: Arc<ModelStats>, figures: Arc<ModelFigures>) -> Self {
+        let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0, busy: false }).collect();
+        Scheduler { batcher: Batcher::new(&policy), policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
+    }
+
+    fn has_live_instance(&self) -> bool {
+        self.slots.iter().any(|s| s.mailbox.is_some())
+    }
+
+    /// Hands batches to free instances while both exist; arms a timer when a batch may grow.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        for p in self.batcher.take_cancelled() {
+            p.fail(&self.stats, Error::cancelled("the client cancelled the request"));
+        }
+        loop {
+            let Some(idx) = self.slots.iter().position(|s| s.mailbox.is_some() && !s.busy) else { break };
+            match self.batcher.next(Instant::now()) {
+                Next::Empty => break,
+                Next::WaitUntil(at) => {
+                    if self.wake.as_ref().is_none_or(|(t, _)| *t != at) {
+                        if let Some((_, h)) = self.wake.take() {
+                            ctx.cancel_future(h);
+                        }
+                        let delay = at.saturating_duration_since(Instant::now());
+                        let h = ctx.run_later(delay, |act, ctx| {
+                            act.wake = None;
+                            act.pump(ctx);
+                        });
+                        self.wake = Some((at, h));
+                    }
+                    break;
+                }
+                Next::Batch(batch) => {
+                    let items: usize = batch.iter().map(|p| p.batch_size).sum();
+                    self.figures.batches_dispatched.fetch_add(1, Relaxed);
+                    self.figures.items_dispatched.fetch_add(items as u64, Relaxed);
+                    let slot = &mut self.slots[idx];
+                    let mailbox = slot.mailbox.as_ref().expect("live slot");
+                    match mailbox.try_send(InstanceMsg::Execute(batch)) {
+                        Ok(()) => slot.busy = true,
+                        Err(TrySendError::Full(InstanceMsg::Execute(batch)))
+                        | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
+                            // The instance died between messages; its requests must not be lost.
+                            slot.mailbox = None;
+                            for p in batch.into_iter().rev() {
+                                let _ = self.batcher.push(p).map_err(|p| {
+                                    p.fail(&self.stats, Error::unavailable("instance lost and the queue is full"))
+                                });
+                            }
+                        }
+                        Err(_) => unreachable!("only Execute is sent here"),
+                    }
+                }
+            }
+        }
+        self.figures.queue_len.store(self.batcher.len() as u64, Relaxed);
+        self.finish_drain_if_done(ctx);
+    }
+
+    fn finish_drain_if_done(&mut self, ctx: &mut Context<Self>) {
+        if self.draining && self.batcher.is_empty() && self.slots.iter().all(|s| !s.busy) {
+            for s in &mut self.slots {
+                if let Some(mb) = s.mailbox.take() {
+                    let _ = mb.send(InstanceMsg::Shutdown);
+                }
+            }
+            for tx in self.drained.drain(..) {
+                let _ = tx.send(());
+            }
+            actix::ActorContext::stop(ctx);
+        }
+    }
+}
+
+impl Actor for Scheduler {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(self.policy.queue_capacity);
+    }
+}
+
+/// A validated request to queue.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Enqueue(pub Pending);
+
+impl Handler<Enqueue> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, Enqueue(p): Enqueue, ctx: &mut Context<Self>) {
+        self.figures.scheduler_mailbox.fetch_sub(1, Relaxed);
+        if !self.has_live_instance() {
+            let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
+            return p.fail(&self.stats, e);
+        }
+        if let Err(p) = self.batcher.push(p) {
+            return p.fail(&self.stats, Error::unavailable("Exceeds maximum queue size"));
+        }
+        self.pump(ctx);
+    }
+}
+
+/// An instance finished its batch.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceIdle {
+    pub index: usize,
+    pub generation: u64,
+}
+
+impl Handler<InstanceIdle> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: InstanceIdle, ctx: &mut Context<Self>) {
+        if let Some(s) = self.slots.get_mut(m.index) {
+            if s.generation == m.generation {
+                s.busy = false;
+            }
+        }
+        self.pump(ctx);
+    }
+}
+
+/// From the supervisor: an instance (re)started and takes work.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceUp {
+    pub index: usize,
+    pub generation: u64,
+    pub mailbox: SyncSender<InstanceMsg>,
+}
+
+impl Handler<InstanceUp> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: InstanceUp, ctx: &mut Context<Self>) {
+        if self.draining {
+            let _ = m.mailbox.send(InstanceMsg::Shutdown);
+            return;
+        }
+        self.slots[m.index] = Slot { mailbox: Some(m.mailbox), generation: m.generation, busy: false };
+        self.pump(ctx);
+    }
+}
+
+/// From the supervisor: an instance died; its batch was already answered.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceDown {
+    pub index: usize,
+    pub generation: u64,
+    /// The supervisor will not restart it (load failure, unload).
+    pub permanent: bool,
+}
+
+impl Handler<InstanceDown> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: InstanceDown, ctx: &mut Context<Self>) {
+        let s = &mut self.slots[m.index];
+        if s.generation == m.generation {
+            s.mailbox = None;
+            s.busy = false;
+        }
+        if !self.has_live_instance() && m.permanent {
+            for p in self.batcher.drain_all() {
+                p.fail(&self.stats, Error::unavailable(format!("model '{}' has no live instance", self.policy.name)));
+            }
+        }
+        self.finish_drain_if_done(ctx);
+    }
+}
+
+/// Finish queued and running work, stop the instances, then stop; answers when done.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain(pub oneshot::Sender<()>);
+
+impl Handler<Drain> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, Drain(tx): Drain, ctx: &mut Context<Self>) {
+        self.draining = true;
+        self.drained.push(tx);
+        if !self.has_live_instance() {
+            for p in self.batcher.drain_all() {
+                p.fail(&self.stats, Error::unavailable(format!("model '{}' is unloading", self.policy.name)));
+            }
+        }
+        self.pump(ctx);
+    }
+}

@@ -1,0 +1,148 @@
+//! Per-model-version statistics, as Triton's statistics extension reports them. The instance
+//! actors write them; the statistics endpoints and the metrics exporter read the same figures.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// A count and a cumulative duration in nanoseconds.
+#[derive(Debug, Default)]
+pub struct Duration2 {
+    pub count: AtomicU64,
+    pub ns: AtomicU64,
+}
+
+impl Duration2 {
+    pub fn add(&self, d: Duration) {
+        self.count.fetch_add(1, Relaxed);
+        self.ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
+    pub fn get(&self) -> (u64, u64) {
+        (self.count.load(Relaxed), self.ns.load(Relaxed))
+    }
+}
+
+/// Why a request failed, for `nv_inference_request_failure{reason=…}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureReason {
+    Rejected,
+    Canceled,
+    Backend,
+    Other,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Rejected => "REJECTED",
+            FailureReason::Canceled => "CANCELED",
+            FailureReason::Backend => "BACKEND",
+            FailureReason::Other => "OTHER",
+        }
+    }
+}
+
+/// Figures of one batch size.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFigures {
+    pub count: u64,
+    pub compute_input_ns: u64,
+    pub compute_infer_ns: u64,
+    pub compute_output_ns: u64,
+}
+
+/// A snapshot of one model version's statistics.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub last_inference_ms: u64,
+    pub inference_count: u64,
+    pub execution_count: u64,
+    pub success: (u64, u64),
+    pub fail: (u64, u64),
+    pub queue: (u64, u64),
+    pub compute_input: (u64, u64),
+    pub compute_infer: (u64, u64),
+    pub compute_output: (u64, u64),
+    pub failures: BTreeMap<&'static str, u64>,
+    pub batches: BTreeMap<u64, BatchFigures>,
+    pub pending: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct ModelStats {
+    last_inference_ms: AtomicU64,
+    inference_count: AtomicU64,
+    execution_count: AtomicU64,
+    pub success: Duration2,
+    pub fail: Duration2,
+    pub queue: Duration2,
+    pub compute_input: Duration2,
+    pub compute_infer: Duration2,
+    pub compute_output: Duration2,
+    /// Requests accepted and not yet answered.
+    pub pending: AtomicU64,
+    failures: Mutex<BTreeMap<FailureReason, u64>>,
+    batches: Mutex<BTreeMap<u64, BatchFigures>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The times of one request that ran in a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTimes {
+    pub total: Duration,
+    pub queue: Duration,
+    pub compute_input: Duration,
+    pub compute_infer: Duration,
+    pub compute_output: Duration,
+    pub batch_size: u64,
+}
+
+impl ModelStats {
+    pub fn record_success(&self, t: &RequestTimes) {
+        self.success.add(t.total);
+        self.queue.add(t.queue);
+        self.compute_input.add(t.compute_input);
+        self.compute_infer.add(t.compute_infer);
+        self.compute_output.add(t.compute_output);
+        self.inference_count.fetch_add(t.batch_size, Relaxed);
+        self.last_inference_ms.store(now_ms(), Relaxed);
+    }
+
+    pub fn record_failure(&self, total: Duration, reason: FailureReason) {
+        self.fail.add(total);
+        *self.failures.lock().entry(reason).or_default() += 1;
+    }
+
+    /// One model execution of `batch_size` items.
+    pub fn record_execution(&self, batch_size: u64, input: Duration, infer: Duration, output: Duration) {
+        self.execution_count.fetch_add(1, Relaxed);
+        let mut batches = self.batches.lock();
+        let b = batches.entry(batch_size).or_default();
+        b.count += 1;
+        b.compute_input_ns += input.as_nanos() as u64;
+        b.compute_infer_ns += infer.as_nanos() as u64;
+        b.compute_output_ns += output.as_nanos() as u64;
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            last_inference_ms: self.last_inference_ms.load(Relaxed),
+            inference_count: self.inference_count.load(Relaxed),
+            execution_count: self.execution_count.load(Relaxed),
+            success: self.success.get(),
+            fail: self.fail.get(),
+            queue: self.queue.get(),
+            compute_input: self.compute_input.get(),
+            compute_infer: self.compute_infer.get(),
+            compute_output: self.compute_output.get(),
+            failures: self.failures.lock().iter().map(|(r, n)| (r.as_str(), *n)).collect(),
+            batches: self.batches.lock().clone(),
+            pending: self.pending.load(Relaxed),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The model supervisor: starts a model version's instances from its instance group, restarts
+//! one that failed or panicked, reports readiness, and drains the model on unload.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr, AsyncContext, Context, Handler, Message};
+use tokio::sync::oneshot;
+
+use crate::backend::BackendFactory;
+use crate::error::{Error, Result};
+use crate::figures::ModelFigures;
+use crate::instance::{self, InstanceEnv, InstanceMsg};
+use crate::policy::ModelPolicy;
+use crate::scheduler::{Drain, InstanceDown, InstanceUp, Scheduler};
+use crate::stats::ModelStats;
+
+/// The longest wait between two restarts of a failing instance.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+struct Member {
+    generation: u64,
+    alive: bool,
+    /// Consecutive failed starts, for the restart backoff.
+    failed_starts: u32,
+}
+
+pub struct Supervisor {
+    policy: Arc<ModelPolicy>,
+    stats: Arc<ModelStats>,
+    figures: Arc<ModelFigures>,
+    factory: Arc<dyn BackendFactory>,
+    scheduler: Addr<Scheduler>,
+    members: Vec<Member>,
+    /// Answered once every instance has loaded, or the first one failed to.
+    loading: Option<oneshot::Sender<Result<()>>>,
+    stopping: bool,
+}
+
+impl Supervisor {
+    pub(crate) fn new(
+        policy: Arc<ModelPolicy>,
+        stats: Arc<ModelStats>,
+        figures: Arc<ModelFigures>,
+        factory: Arc<dyn BackendFactory>,
+        scheduler: Addr<Scheduler>,
+        loading: oneshot::Sender<Result<()>>,
+    ) -> Self {
+        let members = (0..policy.instances.len()).map(|_| Member { generation: 0, alive: false, failed_starts: 0 }).collect();
+        Supervisor { policy, stats, figures, factory, scheduler, members, loading: Some(loading), stopping: false }
+    }
+
+    fn start_instance(&mut self, index: usize, ctx: &mut Context<Self>) {
+        let member = &mut self.members[index];
+        member.generation += 1;
+        instance::spawn(InstanceEnv {
+            spec: self.policy.instances[index].clone(),
+            generation: member.generation,
+            policy: self.policy.clone(),
+            stats: self.stats.clone(),
+            figures: self.figures.clone(),
+            factory: self.factory.clone(),
+            scheduler: self.scheduler.clone(),
+            supervisor: ctx.address(),
+        });
+    }
+
+    fn stop_all(&mut self) {
+        self.stopping = true;
+        for (index, m) in self.members.iter_mut().enumerate() {
+            m.alive = false;
+            self.figures.instance(index).alive.store(false, Relaxed);
+            self.scheduler.do_send(InstanceDown { index, generation: m.generation, permanent: true });
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.members.is_empty() {
+            if let Some(tx) = self.loading.take() {
+                let _ = tx.send(Err(Error::invalid(format!("model '{}' has no instances", self.policy.name))));
+            }
+            return;
+        }
+        for i in 0..self.members.len() {
+            self.start_instance(i, ctx);
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceReady {
+    pub index: usize,
+    pub generation: u64,
+    pub mailbox: SyncSender<InstanceMsg>,
+}
+
+impl Handler<InstanceReady> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, m: InstanceReady, _ctx: &mut Context<Self>) {
+        let member = &mut self.members[m.index];
+        if self.stopping || member.generation != m.generation {
+            let _ = m.mailbox.send(InstanceMsg::Shutdown);
+            return;
+        }
+        member.alive = true;
+        member.failed_starts = 0;
+        self.figures.instance(m.index).alive.store(true, Relaxed);
+        self.scheduler.do_send(InstanceUp { index: m.index, generation: m.generation, mailbox: m.mailbox });
+        if self.loading.is_some() && self.members.iter().all(|m| m.alive) {
+            let _ = self.loading.take().unwrap().send(Ok(()));
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceFailed {
+    pub index: usize,
+    pub generation: u64,
+    pub reason: String,
+}
+
+impl Handler<InstanceFailed> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, m: InstanceFailed, ctx: &mut Context<Self>) {
+        if self.members[m.index].generation != m.generation || self.stopping {
+            return;
+        }
+        if let Some(tx) = self.loading.take() {
+            // A model that cannot load all its instances does not become ready.
+            tracing::error!(model = %self.policy.name, "instance {} failed to load: {}", m.index, m.reason);
+            let _ = tx.send(Err(Error::internal(m.reason)));
+            self.stop_all();
+            return;
+        }
+        let member = &mut self.members[m.index];
+        member.alive = false;
+        member.failed_starts += 1;
+        let figures = self.figures.instance(m.index);
+        figures.alive.store(false, Relaxed);
+        figures.restarts.fetch_add(1, Relaxed);
+        tracing::warn!(model = %self.policy.name, version = self.policy.version,
+            "instance {} failed ({}); restarting", self.policy.instances[m.index].name, m.reason);
+        self.scheduler.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
+        let backoff = Duration::from_millis(50u64 << member.failed_starts.min(8).saturating_sub(1)).min(MAX_BACKOFF);
+        let index = m.index;
+        ctx.run_later(backoff, move |act, ctx| {
+            if !act.stopping {
+                act.start_instance(index, ctx);
+            }
+        });
+    }
+}
+
+/// Unload: no more restarts; the scheduler finishes its work and stops the instances.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop(pub oneshot::Sender<()>);
+
+impl Handler<Stop> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, Stop(done): Stop, ctx: &mut Context<Self>) {
+        self.stopping = true;
+        for (index, m) in self.members.iter_mut().enumerate() {
+            m.alive = false;
+            self.figures.instance(index).alive.store(false, Relaxed);
+        }
+        self.scheduler.do_send(Drain(done));
+        actix::ActorContext::stop(ctx);
+    }
+}

@@ -1,0 +1,237 @@
+//! The engine end to end: a supervisor, scheduler and instances around small test backends.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tritium_actors::*;
+
+/// Adds 1 to every FP32 element; panics on 666, fails on -1; optionally sleeps per batch and
+/// records the batch sizes it saw.
+struct AddOne {
+    delay: Duration,
+    seen: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Backend for AddOne {
+    fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        self.seen.lock().unwrap().push(batch.batch_size);
+        std::thread::sleep(self.delay);
+        let input = &batch.inputs[0];
+        let vals: Vec<f32> = input.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        if vals.contains(&666.0) {
+            panic!("the test backend was asked to panic");
+        }
+        if vals.contains(&-1.0) {
+            return Err(Error::internal("the test backend refuses -1"));
+        }
+        let out: Vec<u8> = vals.iter().flat_map(|v| (v + 1.0).to_le_bytes()).collect();
+        Ok(vec![Tensor::new("OUT", DataType::F32, input.shape.clone(), Bytes::from(out))])
+    }
+}
+
+fn policy(instances: usize, dynamic: Option<DynamicBatchPolicy>) -> ModelPolicy {
+    ModelPolicy {
+        name: "addone".into(),
+        version: 1,
+        max_batch_size: 8,
+        inputs: vec![IoSpec::new("IN", DataType::F32, vec![2])],
+        outputs: vec![IoSpec::new("OUT", DataType::F32, vec![2])],
+        instances: (0..instances)
+            .map(|i| InstanceSpec { name: format!("addone_0_{i}"), index: i, kind: InstanceKind::Cpu, device: None })
+            .collect(),
+        scheduler: dynamic.map(SchedulerPolicy::Dynamic).unwrap_or(SchedulerPolicy::Direct),
+        decoupled: false,
+        queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
+    }
+}
+
+fn factory(delay: Duration, seen: Arc<Mutex<Vec<usize>>>) -> Arc<dyn BackendFactory> {
+    Arc::new(move |_: &InstanceSpec| -> Result<Box<dyn Backend>> {
+        Ok(Box::new(AddOne { delay, seen: seen.clone() }) as Box<dyn Backend>)
+    })
+}
+
+fn request(vals: [f32; 2]) -> InferRequest {
+    let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    InferRequest::new("addone", vec![Tensor::new("IN", DataType::F32, vec![1, 2], Bytes::from(data))])
+}
+
+fn values(r: &InferResponse) -> Vec<f32> {
+    r.outputs[0].data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[actix_rt::test]
+async fn runs_requests_and_counts_them() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, seen)).await.unwrap();
+    assert!(model.is_ready());
+    let r = model.infer(request([1.0, 2.0])).await.unwrap();
+    assert_eq!(values(&r), vec![2.0, 3.0]);
+    assert!(r.is_final);
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, s.inference_count, s.execution_count, s.pending), (1, 1, 1, 0));
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn dynamic_batching_merges_concurrent_requests_and_splits_answers() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(5), ..Default::default() };
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(1, Some(dynamic)), factory(Duration::from_millis(20), seen.clone()))
+            .await
+            .unwrap(),
+    );
+    let calls = (0..32).map(|i| {
+        let model = model.clone();
+        async move { (i, model.infer(request([i as f32, 10.0 * i as f32])).await) }
+    });
+    for (i, r) in futures::future::join_all(calls).await {
+        assert_eq!(values(&r.unwrap()), vec![i as f32 + 1.0, 10.0 * i as f32 + 1.0], "request {i}");
+    }
+    let s = model.stats.snapshot();
+    assert_eq!(s.inference_count, 32);
+    assert!(s.execution_count < 32, "expected batching, got {} executions", s.execution_count);
+    assert!(seen.lock().unwrap().iter().all(|&b| b <= 8));
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn without_dynamic_batching_each_request_runs_alone() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(2), seen.clone())).await.unwrap(),
+    );
+    let calls = (0..8).map(|i| {
+        let model = model.clone();
+        async move { model.infer(request([i as f32, 0.0])).await.unwrap() }
+    });
+    futures::future::join_all(calls).await;
+    let s = model.stats.snapshot();
+    assert_eq!((s.inference_count, s.execution_count), (8, 8));
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_backend_error_fails_only_that_request() {
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default())).await.unwrap();
+    let e = model.infer(request([-1.0, 0.0])).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Internal);
+    assert!(e.message.contains("refuses -1"));
+    assert_eq!(values(&model.infer(request([0.0, 0.0])).await.unwrap()), vec![1.0, 1.0]);
+    assert_eq!(model.figures.instance(0).restarts.load(Ordering::Relaxed), 0);
+    let s = model.stats.snapshot();
+    assert_eq!((s.fail.0, s.success.0), (1, 1));
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
+    let engine = Engine::new();
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(2, None), factory(Duration::from_millis(5), Default::default()))
+            .await
+            .unwrap(),
+    );
+    let e = model.infer(request([666.0, 0.0])).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Internal);
+    assert!(e.message.contains("panicked"), "{e}");
+    assert!(model.is_ready(), "one instance is still alive");
+    // Everything else succeeds, while and after the instance restarts.
+    let calls = (0..20).map(|i| {
+        let model = model.clone();
+        async move { model.infer(request([i as f32, 0.0])).await }
+    });
+    for r in futures::future::join_all(calls).await {
+        r.unwrap();
+    }
+    let restarts: u64 = model.figures.instances.iter().map(|i| i.restarts.load(Ordering::Relaxed)).sum();
+    assert_eq!(restarts, 1);
+    for _ in 0..100 {
+        if model.figures.live_instances() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(model.figures.live_instances(), 2, "the failed instance came back");
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_single_panicking_instance_comes_back() {
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default())).await.unwrap();
+    assert!(model.infer(request([666.0, 0.0])).await.is_err());
+    let mut ok = None;
+    for _ in 0..100 {
+        match model.infer(request([1.0, 1.0])).await {
+            Ok(r) => {
+                ok = Some(r);
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert_eq!(values(&ok.expect("served again after the restart")), vec![2.0, 2.0]);
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn unload_lets_queued_requests_finish() {
+    let engine = Engine::new();
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(10), Default::default()))
+            .await
+            .unwrap(),
+    );
+    let mut receivers = Vec::new();
+    for i in 0..10 {
+        let (reply, rx) = Reply::once();
+        model.submit(request([i as f32, 0.0]), reply).unwrap();
+        receivers.push(rx);
+    }
+    model.unload().await;
+    for rx in receivers {
+        rx.await.unwrap().unwrap();
+    }
+    assert!(model.infer(request([0.0, 0.0])).await.is_err(), "an unloaded model takes no requests");
+}
+
+#[actix_rt::test]
+async fn a_failing_load_is_reported() {
+    let engine = Engine::new();
+    let bad: Arc<dyn BackendFactory> =
+        Arc::new(|_: &InstanceSpec| -> Result<Box<dyn Backend>> { Err(Error::invalid("no such model file")) });
+    let e = ModelHandle::load(&engine.handle(), policy(2, None), bad).await.unwrap_err();
+    assert!(e.message.contains("no such model file"));
+}
+
+#[actix_rt::test]
+async fn a_full_queue_answers_unavailable_at_once() {
+    let engine = Engine::new();
+    let mut p = policy(1, Some(DynamicBatchPolicy::default()));
+    if let SchedulerPolicy::Dynamic(d) = &mut p.scheduler {
+        d.default_queue_policy.max_queue_size = 2;
+    }
+    p.max_batch_size = 1;
+    let model = Arc::new(ModelHandle::load(&engine.handle(), p, factory(Duration::from_millis(50), Default::default())).await.unwrap());
+    let calls = (0..8).map(|i| {
+        let model = model.clone();
+        async move { model.infer(request([i as f32, 0.0])).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    let rejected: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!rejected.is_empty());
+    assert!(rejected.iter().all(|e| e.kind == ErrorKind::Unavailable && e.message.contains("maximum queue size")));
+    assert!(results.iter().filter(|r| r.is_ok()).count() >= 3);
+    model.unload().await;
+}
