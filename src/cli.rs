@@ -1,0 +1,105 @@
+//! Command-line flags, named and defaulted as `tritonserver`'s are.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ControlMode {
+    /// Load every model in the repositories at start; the repository API cannot change them.
+    None,
+    /// Rescan the repositories every --repository-poll-secs: load new, reload changed and
+    /// unload removed models.
+    Poll,
+    /// Load only --load-model models at start; the repository API loads and unloads.
+    Explicit,
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("expected a boolean, got '{s}'")),
+    }
+}
+
+/// Tritium: a Triton-compatible inference server (KServe v2 HTTP and gRPC) built as actors.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tritium", version, about, long_about = None)]
+pub struct Cli {
+    /// Path to a model repository; repeat for several. Models are `<repo>/<model>/<version>/`.
+    #[arg(long = "model-repository", alias = "model-store", required = true, action = ArgAction::Append)]
+    pub model_repository: Vec<PathBuf>,
+
+    /// How models are loaded and unloaded.
+    #[arg(long, value_enum, default_value_t = ControlMode::None)]
+    pub model_control_mode: ControlMode,
+
+    /// With --model-control-mode=explicit: a model to load at start; repeat for several, `*` for all.
+    #[arg(long = "load-model", action = ArgAction::Append)]
+    pub load_model: Vec<String>,
+
+    /// With --model-control-mode=poll: seconds between repository scans.
+    #[arg(long, default_value_t = 15)]
+    pub repository_poll_secs: u64,
+
+    /// When true, every model needs a complete config.pbtxt; when false, missing inputs,
+    /// outputs and max_batch_size are completed from the model file.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub strict_model_config: bool,
+
+    /// When true, the server is ready only while every model it was asked to load is READY;
+    /// when false, once start-up loading has finished.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub strict_readiness: bool,
+
+    /// Allow the HTTP/REST endpoint.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub allow_http: bool,
+    /// Address the HTTP endpoint binds.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub http_address: IpAddr,
+    /// Port of the HTTP endpoint.
+    #[arg(long, default_value_t = 8000)]
+    pub http_port: u16,
+    /// HTTP worker threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub http_thread_count: usize,
+    /// Largest HTTP request body accepted, in bytes.
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    pub http_max_input_size: usize,
+
+    /// Allow the gRPC endpoint.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub allow_grpc: bool,
+    /// Address the gRPC endpoint binds.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub grpc_address: IpAddr,
+    /// Port of the gRPC endpoint.
+    #[arg(long, default_value_t = 8001)]
+    pub grpc_port: u16,
+
+    /// Allow the Prometheus metrics endpoint.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub allow_metrics: bool,
+    /// Address the metrics endpoint binds (default: the HTTP address).
+    #[arg(long)]
+    pub metrics_address: Option<IpAddr>,
+    /// Port of the metrics endpoint (`/metrics`).
+    #[arg(long, default_value_t = 8002)]
+    pub metrics_port: u16,
+
+    /// Seconds to wait, on SIGINT/SIGTERM, for in-flight requests before exiting.
+    #[arg(long, default_value_t = 30)]
+    pub exit_timeout_secs: u64,
+
+    /// Verbose logging level (0 = off, 1 and up = more detail).
+    #[arg(long, default_value_t = 0)]
+    pub log_verbose: u32,
+
+    /// Path of the ONNX Runtime shared library (else $ORT_DYLIB_PATH, else the one that
+    /// `scripts/setup.sh` installs).
+    #[arg(long, env = "ORT_DYLIB_PATH")]
+    pub onnxruntime_library: Option<PathBuf>,
+}

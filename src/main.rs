@@ -1,0 +1,141 @@
+//! `tritium`: start the engine, load the model repository, serve HTTP (and, as they land,
+//! gRPC and metrics), and stop gracefully on SIGINT/SIGTERM.
+
+mod backends;
+mod cli;
+mod config;
+mod frontends;
+mod metrics;
+mod proto;
+mod repository;
+mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+use tritium_actors::Engine;
+
+use crate::backends::BackendEnv;
+use crate::cli::{Cli, ControlMode};
+use crate::repository::{RepositoryManager, RepositoryOptions};
+use crate::server::Server;
+
+fn init_logging(verbose: u32) {
+    let default = if verbose > 0 { "debug" } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+}
+
+/// Resolves when the process gets SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    for repo in &cli.model_repository {
+        anyhow::ensure!(repo.is_dir(), "model repository {} is not a folder", repo.display());
+    }
+    let engine = Engine::new();
+    let backend_env = BackendEnv { onnxruntime_library: cli.onnxruntime_library.clone() };
+    let repository = Arc::new(RepositoryManager::new(
+        RepositoryOptions {
+            repositories: cli.model_repository.clone(),
+            mode: cli.model_control_mode,
+            strict_config: cli.strict_model_config,
+            strict_readiness: cli.strict_readiness,
+            backend_env,
+        },
+        engine.handle(),
+    ));
+    let server = Arc::new(Server::new(repository.clone()));
+    let exit_timeout = Duration::from_secs(cli.exit_timeout_secs);
+
+    // Endpoints come up first so that liveness answers while models load.
+    let http = if cli.allow_http {
+        let addr = SocketAddr::new(cli.http_address, cli.http_port);
+        let opts = frontends::http::HttpOptions {
+            workers: if cli.http_thread_count == 0 { num_workers() } else { cli.http_thread_count },
+            max_body_bytes: cli.http_max_input_size,
+            exit_timeout_secs: cli.exit_timeout_secs,
+        };
+        let srv = frontends::http::serve(server.clone(), addr, opts)
+            .await
+            .with_context(|| format!("cannot start the HTTP endpoint on {addr}"))?;
+        let handle = srv.handle();
+        actix_rt::spawn(srv);
+        tracing::info!("started HTTPService at {addr}");
+        Some(handle)
+    } else {
+        None
+    };
+
+    let metrics = if cli.allow_metrics {
+        let addr = SocketAddr::new(cli.metrics_address.unwrap_or(cli.http_address), cli.metrics_port);
+        let srv = metrics::serve(server.clone(), addr).with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
+        let handle = srv.handle();
+        actix_rt::spawn(srv);
+        tracing::info!("started Metrics Service at {addr}");
+        Some(handle)
+    } else {
+        None
+    };
+
+    repository.load_startup(&cli.load_model).await;
+
+    if cli.model_control_mode == ControlMode::Poll {
+        let repo = repository.clone();
+        let every = Duration::from_secs(cli.repository_poll_secs.max(1));
+        actix_rt::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                repo.poll_once().await;
+            }
+        });
+    }
+
+    shutdown_signal().await;
+    server.begin_shutdown();
+    if let Some(h) = http {
+        // Stops accepting, lets in-flight requests finish (up to the exit timeout).
+        if tokio::time::timeout(exit_timeout, h.stop(true)).await.is_err() {
+            tracing::warn!("HTTP requests still running after {}s; exiting anyway", cli.exit_timeout_secs);
+        }
+    }
+    if let Some(h) = metrics {
+        h.stop(false).await;
+    }
+    if tokio::time::timeout(exit_timeout, repository.unload_all()).await.is_err() {
+        tracing::warn!("models still draining after {}s; exiting anyway", cli.exit_timeout_secs);
+    }
+    tracing::info!("exiting");
+    Ok(())
+}
+
+fn num_workers() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log_verbose);
+    let system = actix_rt::System::new();
+    match system.block_on(run(cli)) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::exit(1);
+        }
+    }
+}

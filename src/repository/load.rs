@@ -1,0 +1,94 @@
+//! Preparing a model for loading: its config (from config.pbtxt, an API override or nothing),
+//! auto-completion from the model file, validation, the versions to load, their policies,
+//! backend factories and label files. Blocking file I/O: run off the event loops.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use tritium_actors::{BackendFactory, Error, ModelPolicy, Result};
+
+use super::scan::{select_versions, versions_on_disk, ModelDir};
+use crate::backends::{self, BackendEnv};
+use crate::config::{self, ModelConfig};
+
+/// Everything needed to start a model's versions.
+pub struct Prepared {
+    pub config: ModelConfig,
+    pub versions: Vec<(ModelPolicy, Arc<dyn BackendFactory>)>,
+    pub labels: HashMap<String, Vec<String>>,
+}
+
+fn read_config(dir: &ModelDir, override_json: Option<&str>, strict: bool) -> Result<ModelConfig> {
+    let path = dir.path.join("config.pbtxt");
+    if let Some(json) = override_json {
+        return config::from_json(json);
+    }
+    match std::fs::read_to_string(&path) {
+        Ok(text) => config::parse_pbtxt(&text, &path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if strict {
+                Err(Error::invalid(format!(
+                    "model configuration {} is missing (with --strict-model-config=false it is completed from the model file)",
+                    path.display()
+                )))
+            } else {
+                Ok(ModelConfig::default())
+            }
+        }
+        Err(e) => Err(Error::invalid(format!("cannot read {}: {e}", path.display()))),
+    }
+}
+
+fn read_labels(model_dir: &Path, config: &ModelConfig) -> Result<HashMap<String, Vec<String>>> {
+    let mut labels = HashMap::new();
+    for output in &config.output {
+        if output.label_filename.is_empty() {
+            continue;
+        }
+        let path = model_dir.join(&output.label_filename);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::invalid(format!(
+                "label file {} of output '{}' of model '{}' cannot be read: {e}",
+                path.display(),
+                output.name,
+                config.name
+            ))
+        })?;
+        labels.insert(output.name.clone(), text.lines().map(str::to_string).collect());
+    }
+    Ok(labels)
+}
+
+/// Reads, completes and validates a model's config, and builds each version's policy and
+/// backend factory.
+pub fn prepare(dir: &ModelDir, override_json: Option<&str>, strict: bool, env: &BackendEnv) -> Result<Prepared> {
+    let mut config = read_config(dir, override_json, strict)?;
+    if config.name.is_empty() {
+        config.name = dir.name.clone();
+    } else if config.name != dir.name {
+        return Err(Error::invalid(format!(
+            "model name '{}' in the configuration of {} does not match its folder name '{}'",
+            config.name,
+            dir.path.display(),
+            dir.name
+        )));
+    }
+    let on_disk = versions_on_disk(&dir.path);
+    let versions = select_versions(&dir.name, config.version_policy.as_ref(), &on_disk)?;
+    if !strict {
+        let latest = *versions.last().expect("select_versions returns at least one");
+        backends::autocomplete(&mut config, &dir.path, latest, env)?;
+    }
+    config::validate(&config)?;
+    let labels = read_labels(&dir.path, &config)?;
+    let versions = versions
+        .into_iter()
+        .map(|v| {
+            let policy = config::to_policy(&config, v)?;
+            let factory = backends::factory(&config, &dir.path, v, env)?;
+            Ok((policy, factory))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Prepared { config, versions, labels })
+}

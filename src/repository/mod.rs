@@ -1,0 +1,361 @@
+//! The model repository manager: which models exist on disk, their states (READY,
+//! UNAVAILABLE, LOADING, UNLOADING) and reasons, loading and unloading them under the control
+//! modes none, explicit and poll, and keeping the router's view in step. A reload builds the
+//! new version beside the old one, which serves until the new one is ready, then drains.
+
+pub mod load;
+pub mod router;
+pub mod scan;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use actix::ArbiterHandle;
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use tritium_actors::{Error, ModelHandle, Result};
+
+use crate::backends::BackendEnv;
+use crate::cli::ControlMode;
+use crate::server::{IndexEntry, LoadedModel};
+pub use router::Router;
+use scan::{fingerprint, scan, ModelDir};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelState {
+    Ready,
+    Unavailable,
+    Loading,
+    Unloading,
+}
+
+impl ModelState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelState::Ready => "READY",
+            ModelState::Unavailable => "UNAVAILABLE",
+            ModelState::Loading => "LOADING",
+            ModelState::Unloading => "UNLOADING",
+        }
+    }
+}
+
+/// What the manager knows of one model.
+#[derive(Debug, Clone)]
+struct Record {
+    /// Per version: state and reason. Empty while no version is known (failed before).
+    versions: BTreeMap<i64, (ModelState, String)>,
+    /// The model-level state when no version could be named.
+    state: ModelState,
+    reason: String,
+    /// The folder fingerprint of the last load attempt (poll mode reloads when it changes).
+    fingerprint: Option<u64>,
+    /// The model should be loaded (counts for readiness).
+    wanted: bool,
+}
+
+pub struct RepositoryOptions {
+    pub repositories: Vec<PathBuf>,
+    pub mode: ControlMode,
+    pub strict_config: bool,
+    pub strict_readiness: bool,
+    pub backend_env: BackendEnv,
+}
+
+pub struct RepositoryManager {
+    opts: RepositoryOptions,
+    engine: ArbiterHandle,
+    router: Router,
+    records: Mutex<BTreeMap<String, Record>>,
+    /// Serializes load and unload of one model.
+    locks: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    startup_done: AtomicBool,
+}
+
+impl RepositoryManager {
+    pub fn new(opts: RepositoryOptions, engine: ArbiterHandle) -> Self {
+        RepositoryManager {
+            opts,
+            engine,
+            router: Router::default(),
+            records: Mutex::new(BTreeMap::new()),
+            locks: DashMap::new(),
+            startup_done: AtomicBool::new(false),
+        }
+    }
+
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    pub fn mode(&self) -> ControlMode {
+        self.opts.mode
+    }
+
+    /// Ready once the start-up loads are done and (with strict readiness) every model that
+    /// should be loaded is READY.
+    pub fn is_ready(&self) -> bool {
+        if !self.startup_done.load(Relaxed) {
+            return false;
+        }
+        if !self.opts.strict_readiness {
+            return true;
+        }
+        self.records.lock().values().filter(|r| r.wanted).all(|r| {
+            !r.versions.is_empty() && r.versions.values().all(|(s, _)| *s == ModelState::Ready)
+        })
+    }
+
+    fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.entry(name.to_string()).or_default().clone()
+    }
+
+    fn set_record(&self, name: &str, f: impl FnOnce(&mut Record)) {
+        let mut records = self.records.lock();
+        let r = records.entry(name.to_string()).or_insert_with(|| Record {
+            versions: BTreeMap::new(),
+            state: ModelState::Unavailable,
+            reason: String::new(),
+            fingerprint: None,
+            wanted: false,
+        });
+        f(r);
+    }
+
+    /// Loads at start: every model (modes none and poll) or the `--load-model` ones.
+    pub async fn load_startup(&self, load_models: &[String]) {
+        let (found, errors) = scan(&self.opts.repositories);
+        for (name, reason) in errors {
+            self.set_record(&name, |r| {
+                r.state = ModelState::Unavailable;
+                r.reason = reason;
+                r.wanted = true;
+            });
+        }
+        let names: Vec<String> = match self.opts.mode {
+            ControlMode::Explicit if !load_models.iter().any(|m| m == "*") => load_models.to_vec(),
+            _ => found.keys().cloned().collect(),
+        };
+        let loads = names.iter().map(|n| async move {
+            if let Err(e) = self.load(n, None).await {
+                tracing::error!("failed to load '{n}': {e}");
+            }
+        });
+        futures::future::join_all(loads).await;
+        self.startup_done.store(true, Relaxed);
+    }
+
+    /// The repository API's load, allowed in explicit mode only (as Triton).
+    pub async fn api_load(&self, name: &str, config_json: Option<String>) -> Result<()> {
+        self.check_explicit()?;
+        self.load(name, config_json).await
+    }
+
+    pub async fn api_unload(&self, name: &str) -> Result<()> {
+        self.check_explicit()?;
+        self.unload(name).await
+    }
+
+    fn check_explicit(&self) -> Result<()> {
+        match self.opts.mode {
+            ControlMode::Explicit => Ok(()),
+            ControlMode::Poll => Err(Error::unavailable("explicit model load / unload is not allowed if polling is enabled")),
+            ControlMode::None => {
+                Err(Error::unavailable("explicit model load / unload is not allowed if model control mode is 'none'"))
+            }
+        }
+    }
+
+    /// Loads (or reloads) a model; the versions it had keep serving until the new ones are
+    /// ready, then drain.
+    pub async fn load(&self, name: &str, config_json: Option<String>) -> Result<()> {
+        let lock = self.lock_for(name);
+        let _guard = lock.lock().await;
+        let (found, errors) = scan(&self.opts.repositories);
+        let result = match (found.get(name), errors.get(name)) {
+            (_, Some(reason)) => Err(Error::invalid(reason.clone())),
+            (None, None) => Err(Error::not_found(format!("failed to load '{name}', failed to poll from model repository"))),
+            (Some(dir), None) => self.load_dir(dir.clone(), config_json).await,
+        };
+        if let Err(e) = &result {
+            let reason = e.message.clone();
+            self.set_record(name, |r| {
+                r.wanted = true;
+                if r.versions.is_empty() || r.versions.values().all(|(s, _)| *s != ModelState::Ready) {
+                    r.state = ModelState::Unavailable;
+                    r.reason = reason.clone();
+                    for v in r.versions.values_mut() {
+                        *v = (ModelState::Unavailable, reason.clone());
+                    }
+                } else {
+                    // The versions already serving stay; the failed reload is reported.
+                    r.reason = reason;
+                }
+            });
+        }
+        result
+    }
+
+    async fn load_dir(&self, dir: ModelDir, config_json: Option<String>) -> Result<()> {
+        let name = dir.name.clone();
+        let fp = fingerprint(&dir.path);
+        self.set_record(&name, |r| {
+            r.fingerprint = Some(fp);
+            r.wanted = true;
+            r.state = ModelState::Loading;
+            r.reason.clear();
+            for v in r.versions.values_mut() {
+                if v.0 != ModelState::Ready {
+                    *v = (ModelState::Loading, String::new());
+                }
+            }
+        });
+        let strict = self.opts.strict_config;
+        let env = self.opts.backend_env.clone();
+        let prepared = tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env))
+            .await
+            .map_err(|e| Error::internal(format!("loading model '{name}' panicked: {e}")))??;
+        let mut started: Vec<(i64, Arc<LoadedModel>)> = Vec::new();
+        for (policy, factory) in prepared.versions {
+            let version = policy.version;
+            self.set_record(&name, |r| {
+                r.versions.entry(version).or_insert((ModelState::Loading, String::new()));
+            });
+            match ModelHandle::load(&self.engine, policy, factory).await {
+                Ok(handle) => started.push((
+                    version,
+                    Arc::new(LoadedModel { handle, config: prepared.config.clone(), labels: prepared.labels.clone() }),
+                )),
+                Err(e) => {
+                    for (_, m) in &started {
+                        m.handle.unload().await;
+                    }
+                    let reason = format!("failed to load version {version} of model '{name}': {}", e.message);
+                    self.set_record(&name, |r| {
+                        r.versions.insert(version, (ModelState::Unavailable, reason.clone()));
+                    });
+                    return Err(Error::new(e.kind, reason));
+                }
+            }
+        }
+        let new_versions: BTreeSet<i64> = started.iter().map(|(v, _)| *v).collect();
+        let old = self.router.current(&name);
+        self.router.set(&name, started.into_iter().collect());
+        self.set_record(&name, |r| {
+            r.state = ModelState::Ready;
+            r.reason.clear();
+            r.versions.retain(|v, _| new_versions.contains(v) || old.contains_key(v));
+            for v in &new_versions {
+                r.versions.insert(*v, (ModelState::Ready, String::new()));
+            }
+            for v in old.keys().filter(|v| !new_versions.contains(v)) {
+                r.versions.insert(*v, (ModelState::Unavailable, "unloaded".into()));
+            }
+        });
+        tracing::info!("successfully loaded '{name}' version(s) {new_versions:?}");
+        // The replaced handles finish what they hold, then stop.
+        for (_, m) in old {
+            m.handle.unload().await;
+        }
+        Ok(())
+    }
+
+    /// Stops taking requests for a model, lets in-flight ones finish, then stops its actors.
+    pub async fn unload(&self, name: &str) -> Result<()> {
+        let lock = self.lock_for(name);
+        let _guard = lock.lock().await;
+        let known = self.records.lock().contains_key(name);
+        let (found, _) = scan(&self.opts.repositories);
+        if !known && !found.contains_key(name) {
+            return Err(Error::not_found(format!("failed to unload '{name}', no version is available")));
+        }
+        let old = self.router.current(name);
+        self.router.set(name, BTreeMap::new());
+        self.set_record(name, |r| {
+            r.wanted = false;
+            for v in old.keys() {
+                r.versions.insert(*v, (ModelState::Unloading, String::new()));
+            }
+        });
+        for m in old.values() {
+            m.handle.unload().await;
+        }
+        self.set_record(name, |r| {
+            r.state = ModelState::Unavailable;
+            r.reason = "unloaded".into();
+            for v in r.versions.values_mut() {
+                *v = (ModelState::Unavailable, "unloaded".into());
+            }
+        });
+        tracing::info!("successfully unloaded '{name}'");
+        Ok(())
+    }
+
+    /// Poll mode: load new models, reload changed ones, unload removed ones.
+    pub async fn poll_once(&self) {
+        let (found, errors) = scan(&self.opts.repositories);
+        let mut todo: Vec<(String, bool)> = Vec::new();
+        {
+            let records = self.records.lock();
+            for (name, dir) in &found {
+                let changed = records.get(name).map(|r| r.fingerprint != Some(fingerprint(&dir.path))).unwrap_or(true);
+                if changed {
+                    todo.push((name.clone(), true));
+                }
+            }
+            for (name, r) in records.iter() {
+                if !found.contains_key(name) && !errors.contains_key(name) && r.wanted {
+                    todo.push((name.clone(), false));
+                }
+            }
+        }
+        for (name, load) in todo {
+            let result = if load { self.load(&name, None).await } else { self.unload(&name).await };
+            if let Err(e) = result {
+                tracing::error!("poll: '{name}': {e}");
+            }
+        }
+    }
+
+    /// Unloads every model (server shutdown).
+    pub async fn unload_all(&self) {
+        let names: Vec<String> = self.records.lock().keys().cloned().collect();
+        let unloads = names.iter().map(|n| self.unload(n));
+        futures::future::join_all(unloads).await;
+    }
+
+    /// `POST /v2/repository/index`: every model on disk or known, with its versions' states.
+    pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        let (found, _) = scan(&self.opts.repositories);
+        let records = self.records.lock();
+        let names: BTreeSet<&String> = found.keys().chain(records.keys()).collect();
+        let mut out = Vec::new();
+        for name in names {
+            match records.get(name) {
+                None => out.push(IndexEntry { name: name.clone(), version: None, state: String::new(), reason: String::new() }),
+                Some(r) if r.versions.is_empty() => out.push(IndexEntry {
+                    name: name.clone(),
+                    version: None,
+                    state: r.state.as_str().into(),
+                    reason: r.reason.clone(),
+                }),
+                Some(r) => {
+                    for (v, (state, reason)) in &r.versions {
+                        out.push(IndexEntry {
+                            name: name.clone(),
+                            version: Some(v.to_string()),
+                            state: state.as_str().into(),
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if ready_only {
+            out.retain(|e| e.state == "READY");
+        }
+        out
+    }
+}

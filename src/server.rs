@@ -1,0 +1,209 @@
+//! The server as the frontends see it: health, metadata, inference, statistics and the
+//! repository API, over the router and the repository manager. Frontends call this and
+//! nothing below it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use tritium_actors::{DataType, Error, InferRequest, InferResponse, ModelHandle, Reply, Result, StatsSnapshot};
+
+use crate::config::ModelConfig;
+use crate::repository::RepositoryManager;
+
+pub const SERVER_NAME: &str = "tritium";
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The protocol extensions this build serves, as `GET /v2` lists them.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+];
+
+pub struct ServerMetadata {
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<&'static str>,
+}
+
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: DataType,
+    /// With -1 for the batch dimension when the model batches.
+    pub shape: Vec<i64>,
+}
+
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+pub struct ModelStatistics {
+    pub name: String,
+    pub version: String,
+    pub stats: StatsSnapshot,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    pub version: Option<String>,
+    /// "READY", "UNAVAILABLE", "LOADING" or "UNLOADING"; empty for a model never loaded.
+    pub state: String,
+    pub reason: String,
+}
+
+/// A ready model version: its engine handle and the config it was loaded with.
+pub struct LoadedModel {
+    pub handle: ModelHandle,
+    pub config: ModelConfig,
+    /// Output name → the lines of its `label_filename`, for the classification extension.
+    pub labels: HashMap<String, Vec<String>>,
+}
+
+impl LoadedModel {
+    pub fn name(&self) -> &str {
+        &self.handle.policy.name
+    }
+
+    pub fn version(&self) -> i64 {
+        self.handle.policy.version
+    }
+
+    /// The platform name Triton reports (`onnxruntime_onnx`, …).
+    pub fn platform(&self) -> String {
+        if !self.config.platform.is_empty() {
+            self.config.platform.clone()
+        } else {
+            self.config.backend.clone()
+        }
+    }
+}
+
+pub struct Server {
+    pub repository: Arc<RepositoryManager>,
+    shutting_down: AtomicBool,
+}
+
+impl Server {
+    pub fn new(repository: Arc<RepositoryManager>) -> Self {
+        Server { repository, shutting_down: AtomicBool::new(false) }
+    }
+
+    /// After this, the server is not ready and refuses new inference requests.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Relaxed);
+    }
+
+    pub fn metadata(&self) -> ServerMetadata {
+        ServerMetadata { name: SERVER_NAME.into(), version: SERVER_VERSION.into(), extensions: EXTENSIONS.to_vec() }
+    }
+
+    pub fn is_live(&self) -> bool {
+        true
+    }
+
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Relaxed) && self.repository.is_ready()
+    }
+
+    pub fn model(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
+        self.repository.router().get(name, version)
+    }
+
+    pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
+        self.model(name, version).map(|m| m.handle.is_ready()).unwrap_or(false)
+    }
+
+    pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata> {
+        let model = self.model(name, version)?;
+        let versions = self.repository.router().versions(name).iter().map(|v| v.to_string()).collect();
+        let policy = &model.handle.policy;
+        let shape = |dims: &[i64]| -> Vec<i64> {
+            if policy.batches() {
+                std::iter::once(-1).chain(dims.iter().copied()).collect()
+            } else {
+                dims.to_vec()
+            }
+        };
+        let tensors = |specs: &[tritium_actors::IoSpec]| {
+            specs
+                .iter()
+                .map(|s| TensorMetadata { name: s.name.clone(), datatype: s.datatype, shape: shape(&s.dims) })
+                .collect()
+        };
+        Ok(ModelMetadata {
+            name: name.to_string(),
+            versions,
+            platform: model.platform(),
+            inputs: tensors(&policy.inputs),
+            outputs: tensors(&policy.outputs),
+        })
+    }
+
+    /// Resolves the request's model and version, validates and queues it.
+    pub fn submit(&self, request: InferRequest, reply: Reply) -> Result<Arc<LoadedModel>> {
+        if self.shutting_down.load(Relaxed) {
+            return Err(Error::unavailable("Server is shutting down: new inference requests are refused"));
+        }
+        let model = self.model(&request.model, request.version)?;
+        model.handle.submit(request, reply)?;
+        Ok(model)
+    }
+
+    pub async fn infer(&self, request: InferRequest) -> Result<(Arc<LoadedModel>, InferResponse)> {
+        let (reply, rx) = Reply::once();
+        let model = self.submit(request, reply)?;
+        let response = rx
+            .await
+            .map_err(|_| Error::internal(format!("model '{}' dropped the request", model.name())))??;
+        Ok((model, response))
+    }
+
+    /// Statistics of one version, every version of a model, or (name = None) every model.
+    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStatistics>> {
+        let router = self.repository.router();
+        let models: Vec<Arc<LoadedModel>> = match (name, version) {
+            (Some(n), Some(_)) => vec![router.get(n, version)?],
+            (Some(n), None) => {
+                let all = router.all_versions(n);
+                if all.is_empty() {
+                    // Same error as a request for the unknown model.
+                    router.get(n, None)?;
+                }
+                all
+            }
+            (None, _) => router.all(),
+        };
+        Ok(models
+            .into_iter()
+            .map(|m| ModelStatistics {
+                name: m.name().to_string(),
+                version: m.version().to_string(),
+                stats: m.handle.stats.snapshot(),
+            })
+            .collect())
+    }
+
+    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        self.repository.index(ready_only)
+    }
+
+    pub async fn load_model(&self, name: &str, config_json: Option<String>) -> Result<()> {
+        self.repository.api_load(name, config_json).await
+    }
+
+    pub async fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<()> {
+        let _ = unload_dependents; // no model depends on another until ensembles land
+        self.repository.api_unload(name).await
+    }
+}
