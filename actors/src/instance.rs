@@ -176,40 +176,52 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::internal(panicked.clone().unwrap_or_default())),
     };
-    match split {
+    // Executions are counted before any reply goes out, so a client that has its answer
+    // always sees statistics that include it.
+    let count_execution = || {
+        let output_end = Instant::now();
+        stats.record_execution(total as u64, input_end - compute_start, infer_end - input_end, output_end - infer_end);
+        env.figures.instance(env.spec.index).executions.fetch_add(1, Relaxed);
+        output_end
+    };
+    let per_request = match split {
+        Ok(v) => v,
         Err(e) => {
+            count_execution();
             for p in live {
                 p.fail(stats, e.clone());
             }
+            return match panicked {
+                Some(reason) => Err(reason),
+                None => Ok(()),
+            };
         }
-        Ok(per_request) => {
-            for (p, outputs) in live.into_iter().zip(per_request) {
-                let outputs = if p.request.outputs.is_empty() {
-                    outputs
-                } else {
-                    outputs
-                        .into_iter()
-                        .filter(|t| p.request.outputs.iter().any(|o| o.name == t.name))
-                        .collect()
-                };
-                let response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
-                let output_end = Instant::now();
-                stats.record_success(&RequestTimes {
-                    total: p.request.received.elapsed(),
-                    queue: compute_start.saturating_duration_since(p.enqueued),
-                    compute_input: input_end - compute_start,
-                    compute_infer: infer_end - input_end,
-                    compute_output: output_end - infer_end,
-                    batch_size: p.batch_size as u64,
-                });
-                stats.pending.fetch_sub(1, Relaxed);
-                p.reply.send(Ok(response));
-            }
-        }
+    };
+    let answers: Vec<(Pending, Vec<crate::tensor::Tensor>)> = live
+        .into_iter()
+        .zip(per_request)
+        .map(|(p, outputs)| {
+            let outputs = if p.request.outputs.is_empty() {
+                outputs
+            } else {
+                outputs.into_iter().filter(|t| p.request.outputs.iter().any(|o| o.name == t.name)).collect()
+            };
+            (p, outputs)
+        })
+        .collect();
+    let output_end = count_execution();
+    for (p, outputs) in answers {
+        stats.record_success(&RequestTimes {
+            total: p.request.received.elapsed(),
+            queue: compute_start.saturating_duration_since(p.enqueued),
+            compute_input: input_end - compute_start,
+            compute_infer: infer_end - input_end,
+            compute_output: output_end - infer_end,
+            batch_size: p.batch_size as u64,
+        });
+        stats.pending.fetch_sub(1, Relaxed);
+        p.reply.send(Ok(backend::response(&p.request.id, &policy.name, policy.version, outputs, true)));
     }
-    let output_end = Instant::now();
-    stats.record_execution(total as u64, input_end - compute_start, infer_end - input_end, output_end - infer_end);
-    env.figures.instance(env.spec.index).executions.fetch_add(1, Relaxed);
     match panicked {
         Some(reason) => Err(reason),
         None => Ok(()),
@@ -234,6 +246,7 @@ fn execute_decoupled(
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
     let infer_end = Instant::now();
     let mut panicked = None;
+    stats.record_execution(1, input_end - compute_start, infer_end - input_end, Duration::ZERO);
     match result {
         Ok(Ok(())) => {
             stats.record_success(&RequestTimes {
@@ -255,7 +268,6 @@ fn execute_decoupled(
             panicked = Some(reason);
         }
     }
-    stats.record_execution(1, input_end - compute_start, infer_end - input_end, Duration::ZERO);
     match panicked {
         Some(r) => Err(r),
         None => Ok(()),
