@@ -46,8 +46,9 @@ def test_identity_fp32_metadata_keeps_variable_dims(server):
     meta = server.client.get_model_metadata("identity_fp32")
     assert len(meta["inputs"]) == 1 and len(meta["outputs"]) == 1
     assert meta["inputs"][0]["datatype"] == "FP32"
-    assert meta["inputs"][0]["shape"] == [-1]
-    assert meta["outputs"][0]["shape"] == [-1]
+    # max_batch_size > 0: Triton shows the batch dimension as a leading -1.
+    assert meta["inputs"][0]["shape"] == [-1, -1]
+    assert meta["outputs"][0]["shape"] == [-1, -1]
 
 
 def test_unknown_model_metadata_is_404_with_tritons_text(server):

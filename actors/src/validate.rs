@@ -25,7 +25,7 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
     for tensor in &mut request.inputs {
         if !seen.insert(tensor.name.clone()) {
             return Err(Error::invalid(format!(
-                "input '{}' appears more than once in the request for model '{model}'",
+                "input '{}' already exists in request",
                 tensor.name
             )));
         }
@@ -88,9 +88,22 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
                 fmt_shape(&tensor.shape)
             )));
         }
-        tensor.check_size().map_err(|e| {
-            Error::invalid(format!("{} (model '{model}')", e.message))
-        })?;
+        match tensor.datatype.element_size() {
+            // Triton's words for a fixed-size tensor whose data disagrees with its shape.
+            Some(size) => {
+                let want = tensor.element_count()?.checked_mul(size).ok_or_else(|| {
+                    Error::invalid(format!("input '{}' for model '{model}' has too many elements", tensor.name))
+                })?;
+                if tensor.data.len() != want {
+                    return Err(Error::invalid(format!(
+                        "input byte size mismatch for input '{}' for model '{model}'. Expected {want}, got {}",
+                        tensor.name,
+                        tensor.data.len()
+                    )));
+                }
+            }
+            None => tensor.check_size().map_err(|e| Error::invalid(format!("{} (model '{model}')", e.message)))?,
+        }
         if let Some(reshape) = &spec.reshape {
             let mut shape = Vec::with_capacity(reshape.len() + 1);
             if policy.batches() {
@@ -196,7 +209,8 @@ mod tests {
         let mut t = f32s("IN", vec![1, 2]);
         t.data = Bytes::from(vec![0u8; 4]);
         let e = validate_request(&policy(0), &mut req(vec![t])).unwrap_err();
-        assert!(e.message.contains("unexpected total byte size 4"), "{e}");
+        assert!(e.message.contains("input byte size mismatch for input 'IN' for model"), "{e}");
+        assert!(e.message.contains("Expected 8, got 4"), "{e}");
         let mut r = req(vec![f32s("IN", vec![1, 2])]);
         r.outputs.push(RequestedOutput { name: "NOPE".into(), class_count: 0 });
         let e = validate_request(&policy(0), &mut r).unwrap_err();

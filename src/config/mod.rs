@@ -1,4 +1,78 @@
-//! Model configuration: Triton's `ModelConfig` message parsed from `config.pbtxt` or JSON,
-//! printed as Triton's JSON, validated, and turned into the engine's `ModelPolicy`.
+//! Model configuration: Triton's `ModelConfig` message read from `config.pbtxt` (protobuf text
+//! format) or JSON, printed as the JSON Triton serves, normalized and validated as Triton does,
+//! and turned into the engine's `ModelPolicy`. The message itself is generated from
+//! `proto/model_config.proto`; text and JSON go through its descriptor (prost-reflect), so the
+//! three forms can never disagree on a field name.
 
-pub use crate::proto::inference::ModelConfig;
+mod json;
+mod normalize;
+mod policy;
+mod text;
+mod validate;
+
+use tritium_actors::DataType;
+
+pub use crate::proto::inference::{
+    model_config, model_instance_group, model_queue_policy, model_version_policy, DataType as ProtoDataType, ModelConfig,
+    ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelParameter, ModelQueuePolicy,
+    ModelTensorReshape, ModelTransactionPolicy, ModelVersionPolicy,
+};
+pub use json::{from_json, to_json};
+pub use normalize::normalize;
+pub use policy::to_policy;
+pub use text::parse_pbtxt;
+pub use validate::validate;
+
+/// The model-config name of a datatype: `TYPE_FP32`, and `TYPE_STRING` for BYTES.
+pub fn model_dtype_name(dt: DataType) -> &'static str {
+    proto_data_type(dt).as_str_name()
+}
+
+/// The config enum for an engine datatype.
+pub fn proto_data_type(dt: DataType) -> ProtoDataType {
+    match dt {
+        DataType::Bool => ProtoDataType::TypeBool,
+        DataType::U8 => ProtoDataType::TypeUint8,
+        DataType::U16 => ProtoDataType::TypeUint16,
+        DataType::U32 => ProtoDataType::TypeUint32,
+        DataType::U64 => ProtoDataType::TypeUint64,
+        DataType::I8 => ProtoDataType::TypeInt8,
+        DataType::I16 => ProtoDataType::TypeInt16,
+        DataType::I32 => ProtoDataType::TypeInt32,
+        DataType::I64 => ProtoDataType::TypeInt64,
+        DataType::F16 => ProtoDataType::TypeFp16,
+        DataType::BF16 => ProtoDataType::TypeBf16,
+        DataType::F32 => ProtoDataType::TypeFp32,
+        DataType::F64 => ProtoDataType::TypeFp64,
+        DataType::Bytes => ProtoDataType::TypeString,
+    }
+}
+
+/// The engine datatype of a config `data_type` field; `None` for `TYPE_INVALID` and numbers
+/// outside the enum.
+pub fn engine_data_type(data_type: i32) -> Option<DataType> {
+    let proto = ProtoDataType::try_from(data_type).ok()?;
+    DataType::parse(proto.as_str_name())
+}
+
+/// A config enum field's name, or its number when the number is outside the enum.
+fn enum_name<E: TryFrom<i32>>(value: i32, name: impl Fn(E) -> &'static str) -> String {
+    E::try_from(value).map(name).map(str::to_string).unwrap_or_else(|_| value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datatype_names_round_trip_through_the_config_enum() {
+        for dt in DataType::ALL {
+            let proto = proto_data_type(dt);
+            assert_eq!(engine_data_type(proto as i32), Some(dt));
+        }
+        assert_eq!(model_dtype_name(DataType::F32), "TYPE_FP32");
+        assert_eq!(model_dtype_name(DataType::Bytes), "TYPE_STRING");
+        assert_eq!(engine_data_type(0), None);
+        assert_eq!(engine_data_type(99), None);
+    }
+}

@@ -80,6 +80,7 @@ pub fn prepare(dir: &ModelDir, override_json: Option<&str>, strict: bool, env: &
         let latest = *versions.last().expect("select_versions returns at least one");
         backends::autocomplete(&mut config, &dir.path, latest, env)?;
     }
+    config::normalize(&mut config, 0);
     config::validate(&config)?;
     let labels = read_labels(&dir.path, &config)?;
     let versions = versions

@@ -19,7 +19,7 @@ pub fn split_body(body: Bytes, header: Option<&HeaderValue>) -> Result<(Bytes, B
     };
     let text = value.to_str().unwrap_or("");
     let len: usize = text.trim().parse().map_err(|_| {
-        Error::invalid(format!("Unable to parse {HEADER_LENGTH}, got: {text}"))
+        Error::invalid(format!("inference header size should be in range (0, {}), got: {text}", body.len()))
     })?;
     if len > body.len() {
         return Err(Error::invalid(format!(

@@ -60,7 +60,10 @@ fn uint_param(v: &Value, name: &str) -> Result<u64> {
 pub fn decode_infer(model: &str, version: Option<i64>, json: &[u8], binary: Bytes) -> Result<(InferRequest, OutputPlan)> {
     let doc: Value = serde_json::from_slice(json)
         .map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
-    let doc = as_object(&doc, "the inference request")?;
+    // Triton's words: a non-object body has no 'inputs' member to read.
+    let doc = doc
+        .as_object()
+        .ok_or_else(|| parse_error("inputs", "the request is not a JSON object, so it has no member 'inputs'"))?;
     let mut request = InferRequest::new(model, Vec::new());
     request.version = version;
     let mut plan = OutputPlan::default();
@@ -72,10 +75,11 @@ pub fn decode_infer(model: &str, version: Option<i64>, json: &[u8], binary: Byte
         decode_parameters(as_object(params, "'parameters'")?, &mut request, &mut plan)?;
     }
 
-    let inputs = doc
-        .get("inputs")
-        .and_then(Value::as_array)
-        .ok_or_else(|| parse_error("inputs", "expected a list of inputs"))?;
+    let inputs = match doc.get("inputs") {
+        Some(Value::Array(inputs)) => inputs,
+        Some(_) => return Err(parse_error("inputs", "attempt to access JSON non-array as array")),
+        None => return Err(parse_error("inputs", "attempt to access non-existing object member 'inputs'")),
+    };
     let mut cursor = BinaryCursor::new(binary);
     for input in inputs {
         let tensor = decode_input(as_object(input, "an input")?, model, &mut cursor)?;
@@ -321,7 +325,7 @@ mod tests {
 
     #[test]
     fn refuses_malformed_json_and_wrong_top_level_types() {
-        assert!(err(json!("x")).message.contains("must be a JSON object"));
+        assert!(err(json!("x")).message.contains("Unable to parse 'inputs'"));
         let e = decode_infer("m", None, b"{\"inputs\": [", Bytes::new()).unwrap_err();
         assert!(e.message.contains("failed to parse the request JSON buffer"), "{e}");
         assert_eq!(e.kind, ErrorKind::InvalidArgument);

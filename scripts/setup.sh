@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepares what running and testing Tritium need, and nothing else:
+#   - the Python venv at .venv with tests/requirements.txt (onnxruntime, numpy, onnx,
+#     tritonclient, pytest, requests);
+#   - the ONNX Runtime shared library that the `ort` crate loads, which onnxruntime's wheel carries
+#     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;
+#   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones).
+# Idempotent and quiet: when everything is in place it only checks, in well under a second.
+# PYTHON picks the interpreter (default python3.11).
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$REPO/.venv"
+REQ="$REPO/tests/requirements.txt"
+ORT_VERSION=1.31.1
+LIB="$VENV/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.$ORT_VERSION"
+PYTHON="${PYTHON:-python3.11}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  command -v "$PYTHON" >/dev/null || { echo "setup.sh: $PYTHON not found (Python 3.11 with venv and pip is needed)" >&2; exit 1; }
+  "$PYTHON" -m venv "$VENV"
+fi
+
+# Reinstall only when the requirements changed since the last successful install.
+STAMP="$VENV/.tritium-requirements"
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"
+  echo "$want" > "$STAMP"
+fi
+
+if [ ! -f "$LIB" ]; then
+  # A damaged install: put the wheel's files back.
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "onnxruntime==$ORT_VERSION"
+fi
+[ -f "$LIB" ] || { echo "setup.sh: $LIB is still missing after installing onnxruntime==$ORT_VERSION" >&2; exit 1; }
+
+"$VENV/bin/python" "$REPO/model_repository/generate.py"

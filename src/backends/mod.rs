@@ -1,0 +1,90 @@
+//! Backends: the model libraries Tritium runs, each behind the engine's `Backend` trait.
+//! `config.pbtxt` picks one with `backend:` or `platform:`; this module maps that choice to a
+//! factory, and completes a partial config from the model file where Triton does.
+
+mod autocomplete;
+pub mod onnx;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tritium_actors::{BackendFactory, Error, Result};
+
+use crate::config::ModelConfig;
+pub use autocomplete::autocomplete;
+
+/// Where the backends find their libraries, from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct BackendEnv {
+    /// ONNX Runtime's shared library; `None` = the one `scripts/setup.sh` installs.
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+/// Where `scripts/setup.sh` puts ONNX Runtime (from the `onnxruntime` wheel in `.venv`).
+pub const SETUP_ONNXRUNTIME_LIBRARY: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1");
+
+impl BackendEnv {
+    pub fn onnxruntime_library(&self) -> PathBuf {
+        self.onnxruntime_library.clone().unwrap_or_else(|| PathBuf::from(SETUP_ONNXRUNTIME_LIBRARY))
+    }
+}
+
+/// The backend a config names, falling back to the model file found in the version folder
+/// (Triton does the same when a config gives neither).
+pub fn backend_name(config: &ModelConfig, version_dir: &Path) -> Option<String> {
+    if !config.backend.is_empty() {
+        return Some(config.backend.clone());
+    }
+    match config.platform.as_str() {
+        "onnxruntime_onnx" => return Some("onnxruntime".into()),
+        "pytorch_libtorch" => return Some("pytorch".into()),
+        "ensemble" => return None,
+        _ => {}
+    }
+    [("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.py", "python")]
+        .iter()
+        .find(|(file, _)| version_dir.join(file).exists())
+        .map(|(_, backend)| backend.to_string())
+}
+
+/// The model file of a version: `<model dir>/<version>/<default_model_filename>`.
+pub fn model_file(config: &ModelConfig, model_dir: &Path, version: i64, default: &str) -> PathBuf {
+    let file = if config.default_model_filename.is_empty() { default } else { &config.default_model_filename };
+    model_dir.join(version.to_string()).join(file)
+}
+
+fn thread_parameter(config: &ModelConfig, key: &str) -> Result<Option<usize>> {
+    let Some(param) = config.parameters.get(key) else { return Ok(None) };
+    let value = param.string_value.trim();
+    value.parse::<usize>().map(|n| (n > 0).then_some(n)).map_err(|_| {
+        Error::invalid(format!("model '{}': parameter '{key}' must be a non-negative integer, got '{value}'", config.name))
+    })
+}
+
+/// The factory that makes instances of one version of a normalized, validated config.
+pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &BackendEnv) -> Result<Arc<dyn BackendFactory>> {
+    match config.backend.as_str() {
+        "onnxruntime" => {
+            let file = model_file(config, model_dir, version, "model.onnx");
+            if !file.is_file() {
+                return Err(Error::invalid(format!(
+                    "model '{}' version {version}: model file {} does not exist",
+                    config.name,
+                    file.display()
+                )));
+            }
+            onnx::init_runtime(&env.onnxruntime_library())?;
+            let options = onnx::OnnxOptions {
+                intra_op_threads: thread_parameter(config, "intra_op_thread_count")?,
+                inter_op_threads: thread_parameter(config, "inter_op_thread_count")?,
+            };
+            Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
+        }
+        "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
+        other => Err(Error::unsupported(format!(
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime)",
+            config.name
+        ))),
+    }
+}

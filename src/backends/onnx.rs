@@ -1,0 +1,363 @@
+//! The ONNX Runtime backend, through `ort` with `load-dynamic`: the shared library comes from
+//! the `onnxruntime` wheel (`scripts/setup.sh`), loaded once per process. Each instance owns
+//! its own `Session` on its own thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use bytes::Bytes;
+use ort::environment::Environment;
+use ort::session::{RunOptions, Session, SessionOutputs};
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, Utf8Data, ValueType};
+use tritium_actors::tensor::{element_count, serialize_bytes};
+use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
+
+/// The process's one ONNX Runtime environment; sessions need it alive.
+static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
+static INIT: Mutex<()> = Mutex::new(());
+
+/// Loads ONNX Runtime from `library` and creates the environment; later calls do nothing.
+pub fn init_runtime(library: &Path) -> Result<()> {
+    if ENVIRONMENT.get().is_some() {
+        return Ok(());
+    }
+    let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if ENVIRONMENT.get().is_some() {
+        return Ok(());
+    }
+    if !library.is_file() {
+        return Err(Error::unavailable(format!(
+            "ONNX Runtime library not found at {} (run scripts/setup.sh, or pass --onnxruntime-library)",
+            library.display()
+        )));
+    }
+    let builder = ort::init_from(library)
+        .map_err(|e| Error::unavailable(format!("unable to load ONNX Runtime from {}: {e}", library.display())))?;
+    let environment = builder
+        .with_name("tritium")
+        .build()
+        .map_err(|e| Error::unavailable(format!("unable to create the ONNX Runtime environment: {e}")))?;
+    let _ = ENVIRONMENT.set(environment);
+    Ok(())
+}
+
+fn environment() -> Result<&'static Environment> {
+    ENVIRONMENT.get().ok_or_else(|| Error::unavailable("ONNX Runtime is not initialized"))
+}
+
+/// Session options a config may set through `parameters`.
+#[derive(Debug, Clone, Default)]
+pub struct OnnxOptions {
+    pub intra_op_threads: Option<usize>,
+    pub inter_op_threads: Option<usize>,
+}
+
+/// One input or output as the ONNX file declares it; `-1` marks a dynamic dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnnxIo {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+}
+
+fn ort_error(context: &str) -> impl Fn(ort::Error) -> Error + '_ {
+    move |e| Error::internal(format!("{context}: {e}"))
+}
+
+fn open(file: &Path, options: &OnnxOptions) -> Result<Session> {
+    let context = format!("unable to load {}", file.display());
+    let mut builder = Session::builder(environment()?).map_err(ort_error(&context))?;
+    if let Some(n) = options.intra_op_threads {
+        builder = builder.with_intra_threads(n).map_err(|e| Error::internal(format!("{context}: {e}")))?;
+    }
+    if let Some(n) = options.inter_op_threads {
+        builder = builder.with_inter_threads(n).map_err(|e| Error::internal(format!("{context}: {e}")))?;
+    }
+    builder.commit_from_file(file).map_err(|e| Error::invalid(format!("{context}: {e}")))
+}
+
+fn datatype(ty: TensorElementType) -> Option<DataType> {
+    Some(match ty {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::U8,
+        TensorElementType::Uint16 => DataType::U16,
+        TensorElementType::Uint32 => DataType::U32,
+        TensorElementType::Uint64 => DataType::U64,
+        TensorElementType::Int8 => DataType::I8,
+        TensorElementType::Int16 => DataType::I16,
+        TensorElementType::Int32 => DataType::I32,
+        TensorElementType::Int64 => DataType::I64,
+        TensorElementType::Float16 => DataType::F16,
+        TensorElementType::Bfloat16 => DataType::BF16,
+        TensorElementType::Float32 => DataType::F32,
+        TensorElementType::Float64 => DataType::F64,
+        TensorElementType::String => DataType::Bytes,
+        _ => return None,
+    })
+}
+
+fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
+    match value_type {
+        ValueType::Tensor { ty, shape, .. } => {
+            let datatype = datatype(*ty).ok_or_else(|| {
+                Error::unsupported(format!("{}: '{name}' has element type {ty:?}, which Tritium does not support", file.display()))
+            })?;
+            Ok(OnnxIo { name: name.to_string(), datatype, shape: shape.iter().map(|d| if *d < 0 { -1 } else { *d }).collect() })
+        }
+        other => Err(Error::unsupported(format!("{}: '{name}' is a {other:?}, not a tensor", file.display()))),
+    }
+}
+
+/// Reads the inputs and outputs an ONNX file declares (for config auto-complete).
+pub fn inspect(file: &Path) -> Result<(Vec<OnnxIo>, Vec<OnnxIo>)> {
+    let session = open(file, &OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1) })?;
+    let inputs = session.inputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
+    let outputs = session.outputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
+    Ok((inputs, outputs))
+}
+
+/// Makes one `Session` per instance.
+pub struct OnnxFactory {
+    model: String,
+    file: PathBuf,
+    options: OnnxOptions,
+}
+
+impl OnnxFactory {
+    pub fn new(model: &str, file: PathBuf, options: OnnxOptions) -> Self {
+        OnnxFactory { model: model.to_string(), file, options }
+    }
+}
+
+impl BackendFactory for OnnxFactory {
+    fn create(&self, _instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
+        let session = open(&self.file, &self.options)?;
+        let inputs = session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs }))
+    }
+}
+
+struct OnnxBackend {
+    model: String,
+    session: Session,
+    inputs: Vec<OnnxIo>,
+}
+
+/// A BYTES element handed to ONNX Runtime as a string without a UTF-8 check (ONNX strings are
+/// byte strings in the C API).
+#[derive(Clone)]
+struct RawString(Bytes);
+
+impl Utf8Data for RawString {
+    fn as_utf8_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Copies little-endian elements into a typed vector (the data may be unaligned).
+fn le_vec<T: Copy + Default>(data: &[u8]) -> Vec<T> {
+    let n = data.len() / std::mem::size_of::<T>();
+    let mut out = vec![T::default(); n];
+    #[cfg(target_endian = "little")]
+    // SAFETY: `out` holds exactly `n * size_of::<T>()` bytes, every bit pattern is a valid `T`
+    // for the plain numeric types this is called with, and the regions do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
+    }
+    #[cfg(not(target_endian = "little"))]
+    compile_error!("Tritium's tensor layout assumes a little-endian machine");
+    out
+}
+
+/// The little-endian bytes of a typed slice.
+fn le_bytes<T: Copy>(values: &[T]) -> Bytes {
+    // SAFETY: reading the initialized memory of `values` as bytes.
+    let raw = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+    Bytes::copy_from_slice(raw)
+}
+
+macro_rules! numeric_value {
+    ($shape:expr, $data:expr, $t:ty) => {
+        OrtTensor::<$t>::from_array(($shape, le_vec::<$t>($data))).map(|t| t.into_dyn())
+    };
+}
+
+fn to_ort(tensor: &Tensor) -> Result<DynValue> {
+    let shape = tensor.shape.clone();
+    let data = &tensor.data[..];
+    let value = match tensor.datatype {
+        DataType::Bool => OrtTensor::<bool>::from_array((shape, data.iter().map(|b| *b != 0).collect::<Vec<_>>())).map(|t| t.into_dyn()),
+        DataType::U8 => numeric_value!(shape, data, u8),
+        DataType::U16 => numeric_value!(shape, data, u16),
+        DataType::U32 => numeric_value!(shape, data, u32),
+        DataType::U64 => numeric_value!(shape, data, u64),
+        DataType::I8 => numeric_value!(shape, data, i8),
+        DataType::I16 => numeric_value!(shape, data, i16),
+        DataType::I32 => numeric_value!(shape, data, i32),
+        DataType::I64 => numeric_value!(shape, data, i64),
+        DataType::F16 => numeric_value!(shape, data, half::f16),
+        DataType::BF16 => numeric_value!(shape, data, half::bf16),
+        DataType::F32 => numeric_value!(shape, data, f32),
+        DataType::F64 => numeric_value!(shape, data, f64),
+        DataType::Bytes => {
+            let items: Vec<RawString> = tensor.bytes_elements()?.into_iter().map(RawString).collect();
+            OrtTensor::<String>::from_string_array((shape, &items[..])).map(|t| t.into_dyn())
+        }
+    };
+    value.map_err(|e| Error::invalid(format!("input '{}': {e}", tensor.name)))
+}
+
+macro_rules! numeric_output {
+    ($value:expr, $t:ty) => {{
+        let (shape, values) = $value.try_extract_tensor::<$t>().map_err(|e| Error::internal(e.to_string()))?;
+        (shape.to_vec(), le_bytes(values))
+    }};
+}
+
+fn from_ort(model: &str, name: &str, value: &DynValue) -> Result<Tensor> {
+    let ty = match value.dtype() {
+        ValueType::Tensor { ty, .. } => *ty,
+        other => return Err(Error::internal(format!("model '{model}': output '{name}' is a {other:?}, not a tensor"))),
+    };
+    let datatype = datatype(ty)
+        .ok_or_else(|| Error::internal(format!("model '{model}': output '{name}' has unsupported element type {ty:?}")))?;
+    let (shape, data) = match datatype {
+        DataType::Bool => {
+            let (shape, values) = value.try_extract_tensor::<bool>().map_err(|e| Error::internal(e.to_string()))?;
+            (shape.to_vec(), Bytes::from(values.iter().map(|b| *b as u8).collect::<Vec<u8>>()))
+        }
+        DataType::U8 => numeric_output!(value, u8),
+        DataType::U16 => numeric_output!(value, u16),
+        DataType::U32 => numeric_output!(value, u32),
+        DataType::U64 => numeric_output!(value, u64),
+        DataType::I8 => numeric_output!(value, i8),
+        DataType::I16 => numeric_output!(value, i16),
+        DataType::I32 => numeric_output!(value, i32),
+        DataType::I64 => numeric_output!(value, i64),
+        DataType::F16 => numeric_output!(value, half::f16),
+        DataType::BF16 => numeric_output!(value, half::bf16),
+        DataType::F32 => numeric_output!(value, f32),
+        DataType::F64 => numeric_output!(value, f64),
+        DataType::Bytes => {
+            let (shape, strings) = value.try_extract_strings().map_err(|e| {
+                Error::internal(format!("model '{model}': output '{name}' is not valid UTF-8 ({e}); Tritium returns ONNX strings as UTF-8"))
+            })?;
+            (shape.to_vec(), serialize_bytes(strings.iter().map(|s| s.as_bytes())))
+        }
+    };
+    Ok(Tensor::new(name, datatype, shape, data))
+}
+
+impl OnnxBackend {
+    fn check_input(&self, tensor: &Tensor) -> Result<()> {
+        let Some(expected) = self.inputs.iter().find(|i| i.name == tensor.name) else {
+            return Err(Error::invalid(format!("model '{}': unexpected input '{}'", self.model, tensor.name)));
+        };
+        if expected.datatype != tensor.datatype {
+            return Err(Error::invalid(format!(
+                "model '{}': input '{}' has datatype {}, the model file expects {}",
+                self.model, tensor.name, tensor.datatype, expected.datatype
+            )));
+        }
+        let rank_ok = expected.shape.len() == tensor.shape.len();
+        let dims_ok = rank_ok && expected.shape.iter().zip(&tensor.shape).all(|(e, t)| *e < 0 || e == t);
+        if !dims_ok {
+            return Err(Error::invalid(format!(
+                "model '{}': input '{}' has shape {:?}, the model file expects {:?}",
+                self.model, tensor.name, tensor.shape, expected.shape
+            )));
+        }
+        element_count(&tensor.shape)?;
+        Ok(())
+    }
+}
+
+impl Backend for OnnxBackend {
+    fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        let mut values: Vec<(String, DynValue)> = Vec::with_capacity(batch.inputs.len());
+        for tensor in batch.inputs {
+            self.check_input(tensor)?;
+            values.push((tensor.name.clone(), to_ort(tensor)?));
+        }
+        let model = self.model.clone();
+        let run_error = |e: ort::Error| Error::internal(format!("model '{model}': onnxruntime failed: {e}"));
+        if batch.outputs.is_empty() {
+            let outputs = self.session.run(values).map_err(run_error)?;
+            return collect_outputs(&model, outputs, &[]);
+        }
+        let mut selector = ort::session::OutputSelector::no_default();
+        for name in batch.outputs {
+            selector = selector.with(name.clone());
+        }
+        let options = RunOptions::new().map_err(run_error)?.with_outputs(selector);
+        let outputs = self.session.run_with_options(values, &options).map_err(run_error)?;
+        collect_outputs(&model, outputs, batch.outputs)
+    }
+}
+
+fn collect_outputs(model: &str, outputs: SessionOutputs<'_>, wanted: &[String]) -> Result<Vec<Tensor>> {
+    let mut tensors = Vec::new();
+    for (name, value) in &outputs {
+        if wanted.is_empty() || wanted.iter().any(|w| w == name) {
+            tensors.push(from_ort(model, name, &value)?);
+        }
+    }
+    Ok(tensors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn library() -> Option<PathBuf> {
+        let path = PathBuf::from(super::super::SETUP_ONNXRUNTIME_LIBRARY);
+        path.is_file().then_some(path)
+    }
+
+    fn repo_model(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("model_repository").join(name).join("1/model.onnx")
+    }
+
+    #[test]
+    fn le_round_trip() {
+        let values = [1.5f32, -2.0, 3.25];
+        let bytes = le_bytes(&values);
+        assert_eq!(le_vec::<f32>(&bytes), values.to_vec());
+    }
+
+    #[test]
+    fn inspects_and_runs_add_sub() {
+        let (Some(lib), true) = (library(), repo_model("add_sub").is_file()) else {
+            eprintln!("skipped: run scripts/setup.sh for ONNX Runtime and the bundled models");
+            return;
+        };
+        init_runtime(&lib).unwrap();
+        let (inputs, outputs) = inspect(&repo_model("add_sub")).unwrap();
+        assert_eq!(inputs.len(), 2);
+        assert_eq!(outputs.len(), 2);
+        assert!(inputs.iter().all(|i| i.datatype == DataType::F32));
+
+        let factory = OnnxFactory::new("add_sub", repo_model("add_sub"), OnnxOptions::default());
+        let spec = InstanceSpec { name: "add_sub_0".into(), index: 0, kind: tritium_actors::InstanceKind::Cpu, device: None };
+        let mut backend = factory.create(&spec).unwrap();
+        let shape = inputs[0].shape.iter().map(|d| if *d < 0 { 1 } else { *d }).collect::<Vec<_>>();
+        let n = element_count(&shape).unwrap();
+        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let b: Vec<f32> = vec![1.0; n];
+        let tensors = vec![
+            Tensor::new(inputs[0].name.clone(), DataType::F32, shape.clone(), le_bytes(&a)),
+            Tensor::new(inputs[1].name.clone(), DataType::F32, shape.clone(), le_bytes(&b)),
+        ];
+        let wanted = vec![outputs[1].name.clone()];
+        let out = backend.execute(BatchInput { inputs: &tensors, outputs: &wanted, batch_size: 1 }).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].name, outputs[1].name);
+        let got = le_vec::<f32>(&out[0].data);
+        assert_eq!(got.len(), n);
+
+        // A wrong datatype is the request's error, not a crash.
+        let bad = vec![Tensor::new(inputs[0].name.clone(), DataType::I32, shape.clone(), le_bytes(&vec![0i32; n]))];
+        let err = backend.execute(BatchInput { inputs: &bad, outputs: &[], batch_size: 1 }).unwrap_err();
+        assert!(err.to_string().contains("datatype"), "{err}");
+    }
+}

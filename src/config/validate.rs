@@ -1,0 +1,148 @@
+//! The checks Triton makes on a config before loading it, with messages that name the model
+//! and the field. Run after auto-completion and normalization.
+
+use std::collections::HashSet;
+
+use tritium_actors::{Error, Result};
+
+use super::{engine_data_type, model_config::SchedulingChoice, ModelConfig, ModelTensorReshape};
+
+fn invalid(config: &ModelConfig, message: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("model '{}': {message}", config.name))
+}
+
+fn check_dims(config: &ModelConfig, what: &str, name: &str, dims: &[i64], reshape: Option<&ModelTensorReshape>) -> Result<()> {
+    if let Some(bad) = dims.iter().find(|d| **d < -1 || **d == 0) {
+        return Err(invalid(config, format!("{what} '{name}' dimension {bad} in dims {dims:?} must be positive or -1")));
+    }
+    if let Some(reshape) = reshape {
+        if let Some(bad) = reshape.shape.iter().find(|d| **d < -1) {
+            return Err(invalid(config, format!("{what} '{name}' reshape dimension {bad} must be >= -1")));
+        }
+        let fixed = |d: &[i64]| (!d.contains(&-1)).then(|| d.iter().product::<i64>());
+        if let (Some(a), Some(b)) = (fixed(dims), fixed(&reshape.shape)) {
+            if a != b {
+                return Err(invalid(
+                    config,
+                    format!("{what} '{name}' has different size for dims {dims:?} and reshape {:?}", reshape.shape),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates a normalized config.
+pub fn validate(config: &ModelConfig) -> Result<()> {
+    if config.name.is_empty() {
+        return Err(Error::invalid("model configuration must specify 'name'"));
+    }
+    if config.backend.is_empty() && config.platform.is_empty() {
+        return Err(invalid(config, "must specify 'platform' or 'backend'"));
+    }
+    if config.max_batch_size < 0 {
+        return Err(invalid(config, format!("'max_batch_size' must be non-negative, got {}", config.max_batch_size)));
+    }
+    let ensemble = matches!(config.scheduling_choice, Some(SchedulingChoice::EnsembleScheduling(_)));
+    if config.input.is_empty() && !ensemble {
+        return Err(invalid(config, "must specify at least one 'input' (or enable auto-complete with --strict-model-config=false)"));
+    }
+    if config.output.is_empty() && !ensemble {
+        return Err(invalid(config, "must specify at least one 'output' (or enable auto-complete with --strict-model-config=false)"));
+    }
+    let mut seen = HashSet::new();
+    for input in &config.input {
+        if input.name.is_empty() {
+            return Err(invalid(config, "an input has no 'name'"));
+        }
+        if !seen.insert(input.name.as_str()) {
+            return Err(invalid(config, format!("input '{}' is declared twice", input.name)));
+        }
+        if engine_data_type(input.data_type).is_none() {
+            return Err(invalid(config, format!("input '{}' must specify a valid 'data_type'", input.name)));
+        }
+        check_dims(config, "input", &input.name, &input.dims, input.reshape.as_ref())?;
+    }
+    let mut seen = HashSet::new();
+    for output in &config.output {
+        if output.name.is_empty() {
+            return Err(invalid(config, "an output has no 'name'"));
+        }
+        if !seen.insert(output.name.as_str()) {
+            return Err(invalid(config, format!("output '{}' is declared twice", output.name)));
+        }
+        if engine_data_type(output.data_type).is_none() {
+            return Err(invalid(config, format!("output '{}' must specify a valid 'data_type'", output.name)));
+        }
+        check_dims(config, "output", &output.name, &output.dims, output.reshape.as_ref())?;
+    }
+    if let Some(SchedulingChoice::DynamicBatching(db)) = &config.scheduling_choice {
+        if config.max_batch_size == 0 && !db.preferred_batch_size.is_empty() {
+            return Err(invalid(config, "'preferred_batch_size' needs 'max_batch_size' > 0"));
+        }
+        for size in &db.preferred_batch_size {
+            if *size < 1 || *size > config.max_batch_size {
+                return Err(invalid(
+                    config,
+                    format!("dynamic batching preferred size {size} must be in 1..={}", config.max_batch_size),
+                ));
+            }
+        }
+        if db.priority_levels > 0 {
+            if db.default_priority_level < 1 || db.default_priority_level > db.priority_levels {
+                return Err(invalid(
+                    config,
+                    format!("default_priority_level {} must be in 1..={}", db.default_priority_level, db.priority_levels),
+                ));
+            }
+            if let Some(level) = db.priority_queue_policy.keys().find(|l| **l < 1 || **l > db.priority_levels) {
+                return Err(invalid(config, format!("priority_queue_policy level {level} must be in 1..={}", db.priority_levels)));
+            }
+        } else if !db.priority_queue_policy.is_empty() {
+            return Err(invalid(config, "'priority_queue_policy' needs 'priority_levels' > 0"));
+        }
+    }
+    for group in &config.instance_group {
+        if group.count < 1 {
+            return Err(invalid(config, format!("instance group '{}' must have 'count' >= 1", group.name)));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{from_json, normalize};
+    use super::*;
+
+    fn check(json: &str) -> Result<()> {
+        let mut config = from_json(json).unwrap();
+        normalize(&mut config, 0);
+        validate(&config)
+    }
+
+    const IO: &str = r#""input":[{"name":"I","data_type":"TYPE_FP32","dims":[4]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[4]}]"#;
+
+    #[test]
+    fn accepts_a_plain_config() {
+        check(&format!(r#"{{"name":"m","backend":"onnxruntime","max_batch_size":8,{IO},"dynamic_batching":{{"preferred_batch_size":[4,8]}}}}"#)).unwrap();
+    }
+
+    #[test]
+    fn rejects_what_triton_rejects() {
+        let cases = [
+            (format!(r#"{{"name":"m",{IO}}}"#), "'platform' or 'backend'"),
+            (format!(r#"{{"name":"m","backend":"onnxruntime","max_batch_size":-1,{IO}}}"#), "non-negative"),
+            (r#"{"name":"m","backend":"onnxruntime","output":[{"name":"O","data_type":"TYPE_FP32","dims":[1]}]}"#.to_string(), "at least one 'input'"),
+            (r#"{"name":"m","backend":"onnxruntime","input":[{"name":"I","dims":[1]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[1]}]}"#.to_string(), "valid 'data_type'"),
+            (r#"{"name":"m","backend":"onnxruntime","input":[{"name":"I","data_type":"TYPE_FP32","dims":[0]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[1]}]}"#.to_string(), "must be positive or -1"),
+            (r#"{"name":"m","backend":"onnxruntime","input":[{"name":"I","data_type":"TYPE_FP32","dims":[4],"reshape":{"shape":[3]}}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[1]}]}"#.to_string(), "different size"),
+            (format!(r#"{{"name":"m","backend":"onnxruntime","max_batch_size":4,{IO},"dynamic_batching":{{"preferred_batch_size":[8]}}}}"#), "preferred size 8"),
+            (format!(r#"{{"name":"m","backend":"onnxruntime","max_batch_size":4,{IO},"dynamic_batching":{{"priority_levels":2,"default_priority_level":3}}}}"#), "default_priority_level"),
+        ];
+        for (json, want) in cases {
+            let err = check(&json).unwrap_err();
+            assert!(err.message.contains(want), "{json}: {}", err.message);
+        }
+    }
+}

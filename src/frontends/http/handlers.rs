@@ -1,0 +1,170 @@
+//! Health, server and model metadata, config, statistics and the repository extension.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpResponse};
+use serde_json::{json, Value};
+use tritium_actors::{Error, Result};
+
+use super::error::{error_response, HttpResult};
+use super::stats_json::stats_json;
+use super::HttpState;
+use crate::config::to_json;
+
+/// `{model}` and the optional `{version}` of a path.
+#[derive(Debug, serde::Deserialize)]
+pub struct ModelPathParams {
+    model: String,
+    version: Option<String>,
+}
+
+pub fn model_and_version(path: &ModelPath) -> Result<(String, Option<i64>)> {
+    let (model, version) = (&path.model, &path.version);
+    let version = match version.as_deref() {
+        None | Some("") => None,
+        Some(v) => Some(v.parse::<i64>().map_err(|_| {
+            Error::invalid(format!("invalid version '{v}' for model '{model}': a version is an integer"))
+        })?),
+    };
+    Ok((model.clone(), version))
+}
+
+pub type ModelPath = web::Path<ModelPathParams>;
+
+fn json_ok(value: &Value) -> HttpResponse {
+    HttpResponse::Ok().insert_header((header::CONTENT_TYPE, "application/json")).body(value.to_string())
+}
+
+fn empty(status: StatusCode) -> HttpResponse {
+    HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "text/plain")).finish()
+}
+
+pub async fn server_metadata(state: web::Data<HttpState>) -> HttpResponse {
+    let m = state.server.metadata();
+    json_ok(&json!({ "name": m.name, "version": m.version, "extensions": m.extensions }))
+}
+
+pub async fn live(state: web::Data<HttpState>) -> HttpResponse {
+    empty(if state.server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST })
+}
+
+pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
+    empty(if state.server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST })
+}
+
+pub async fn model_metadata(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
+    let (model, version) = model_and_version(&path)?;
+    let m = state.server.model_metadata(&model, version)?;
+    let tensors = |ts: &[crate::server::TensorMetadata]| -> Vec<Value> {
+        ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype.as_str(), "shape": t.shape })).collect()
+    };
+    Ok(json_ok(&json!({
+        "name": m.name,
+        "versions": m.versions,
+        "platform": m.platform,
+        "inputs": tensors(&m.inputs),
+        "outputs": tensors(&m.outputs),
+    })))
+}
+
+pub async fn model_ready(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
+    let (model, version) = model_and_version(&path)?;
+    Ok(if state.server.model_ready(&model, version) {
+        empty(StatusCode::OK)
+    } else {
+        error_response(StatusCode::BAD_REQUEST, "Model version not ready")
+    })
+}
+
+pub async fn model_config(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
+    let (model, version) = model_and_version(&path)?;
+    let m = state.server.model(&model, version)?;
+    Ok(json_ok(&to_json(&m.config)))
+}
+
+fn stats_error(e: Error, model: &str) -> Error {
+    match e.kind {
+        tritium_actors::ErrorKind::NotFound => Error::invalid(format!("requested model '{model}' is not available")),
+        _ => e,
+    }
+}
+
+pub async fn model_stats(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
+    let (model, version) = model_and_version(&path)?;
+    let stats = state.server.statistics(Some(&model), version).map_err(|e| stats_error(e, &model))?;
+    Ok(json_ok(&stats_json(stats)))
+}
+
+pub async fn all_stats(state: web::Data<HttpState>) -> HttpResult<HttpResponse> {
+    Ok(json_ok(&stats_json(state.server.statistics(None, None)?)))
+}
+
+/// An optional JSON body; an empty body is `{}`.
+fn json_body(body: &[u8]) -> Result<Value> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body).map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))
+}
+
+pub async fn repository_index(state: web::Data<HttpState>, body: web::Bytes) -> HttpResult<HttpResponse> {
+    let request = json_body(&body)?;
+    let ready_only = match request.get("ready") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(Error::invalid("Unable to parse 'ready': expected a boolean").into()),
+    };
+    let entries: Vec<Value> = state
+        .server
+        .repository_index(ready_only)
+        .into_iter()
+        .map(|e| {
+            let mut obj = serde_json::Map::new();
+            obj.insert("name".into(), e.name.into());
+            if let Some(v) = e.version {
+                obj.insert("version".into(), v.into());
+            }
+            if !e.state.is_empty() {
+                obj.insert("state".into(), e.state.into());
+            }
+            if !e.reason.is_empty() {
+                obj.insert("reason".into(), e.reason.into());
+            }
+            Value::Object(obj)
+        })
+        .collect();
+    Ok(json_ok(&Value::Array(entries)))
+}
+
+fn parameters(request: &Value) -> Result<Option<&serde_json::Map<String, Value>>> {
+    match request.get("parameters") {
+        None => Ok(None),
+        Some(Value::Object(p)) => Ok(Some(p)),
+        Some(_) => Err(Error::invalid("Unable to parse 'parameters': expected a JSON object")),
+    }
+}
+
+fn ok_empty() -> HttpResponse {
+    HttpResponse::Ok().insert_header((header::CONTENT_TYPE, "application/json")).finish()
+}
+
+pub async fn load(state: web::Data<HttpState>, path: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+    let request = json_body(&body)?;
+    let config = match parameters(&request)?.and_then(|p| p.get("config")) {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(Error::invalid("Unable to parse 'config': expected a string holding the config JSON").into()),
+    };
+    state.server.load_model(&path, config).await?;
+    Ok(ok_empty())
+}
+
+pub async fn unload(state: web::Data<HttpState>, path: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+    let request = json_body(&body)?;
+    let dependents = match parameters(&request)?.and_then(|p| p.get("unload_dependents")) {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(Error::invalid("Unable to parse 'unload_dependents': expected a boolean").into()),
+    };
+    state.server.unload_model(&path, dependents).await?;
+    Ok(ok_empty())
+}

@@ -1,0 +1,62 @@
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: the body (JSON, or JSON plus binary tensors) is
+//! read up to `--http-max-input-size`, decoded, run through the engine and encoded back.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
+use tritium_actors::{Error, Result};
+
+use super::binary::{split_body, HEADER_LENGTH};
+use super::encode::{encode_response, into_http};
+use super::error::HttpResult;
+use super::handlers::{model_and_version, ModelPath};
+use super::infer_json::decode_infer;
+use super::HttpState;
+
+/// Reads the whole body, refusing more than `limit` bytes with Triton's message.
+pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
+    let too_large = |n: usize| {
+        Error::invalid(format!(
+            "request body size {n} bytes exceeds the maximum allowed value of {limit} bytes. Use --http-max-input-size to increase the limit."
+        ))
+    };
+    let mut body = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large(body.len() + chunk.len()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+pub async fn infer(state: web::Data<HttpState>, path: ModelPath, req: HttpRequest, payload: web::Payload) -> HttpResult<HttpResponse> {
+    let (model, version) = model_and_version(&path)?;
+    if let Some(len) = req.headers().get(actix_web::http::header::CONTENT_LENGTH) {
+        if let Some(n) = len.to_str().ok().and_then(|s| s.parse::<usize>().ok()) {
+            if n > state.max_body_bytes {
+                return Err(Error::invalid(format!(
+                    "request body size {n} bytes exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
+                    state.max_body_bytes
+                ))
+                .into());
+            }
+        }
+    }
+    // Unknown models are answered before the body is parsed, as Triton does.
+    let loaded = state.server.model(&model, version)?;
+    if loaded.handle.policy.decoupled {
+        return Err(Error::unsupported(format!(
+            "HTTP end point doesn't support models with decoupled transaction policy (model '{model}'); use gRPC ModelStreamInfer"
+        ))
+        .into());
+    }
+    let body = read_body(payload, state.max_body_bytes).await?;
+    let (json, binary) = split_body(body, req.headers().get(HEADER_LENGTH))?;
+    let (request, plan) = decode_infer(&model, version, &json, binary)?;
+    let requested = request.outputs.clone();
+    let (model, response) = state.server.infer(request).await?;
+    let encoded = encode_response(&response, &requested, &plan, model.handle.policy.batches(), &model.labels)?;
+    Ok(into_http(encoded))
+}

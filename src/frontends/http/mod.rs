@@ -1,0 +1,76 @@
+//! KServe v2 HTTP/REST with Triton's extensions, on actix-web. `routes` maps paths to the
+//! handlers in `handlers` (health, metadata, config, statistics, repository) and `infer`.
+
+mod binary;
+mod encode;
+mod error;
+mod handlers;
+mod infer;
+mod infer_json;
+mod stats_json;
+mod tensor_json;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpResponse, HttpServer};
+
+pub use error::{status_of, HttpError, HttpResult};
+
+use crate::server::Server;
+
+/// How the HTTP endpoint runs.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub workers: usize,
+    /// Largest request body accepted (`--http-max-input-size`).
+    pub max_body_bytes: usize,
+    pub exit_timeout_secs: u64,
+}
+
+/// Shared by every handler.
+pub struct HttpState {
+    pub server: Arc<Server>,
+    pub max_body_bytes: usize,
+}
+
+async fn not_found() -> HttpResponse {
+    error::error_response(StatusCode::NOT_FOUND, "Not Found")
+}
+
+async fn method_not_allowed() -> HttpResponse {
+    error::error_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+}
+
+/// All routes of the v2 protocol.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/v2").get(handlers::server_metadata).to(method_not_allowed))
+        .service(web::resource("/v2/health/live").get(handlers::live).to(method_not_allowed))
+        .service(web::resource("/v2/health/ready").get(handlers::ready).to(method_not_allowed))
+        .service(web::resource("/v2/models/stats").get(handlers::all_stats).to(method_not_allowed))
+        .service(web::resource("/v2/repository/index").post(handlers::repository_index).to(method_not_allowed))
+        .service(web::resource("/v2/repository/models/{model}/load").post(handlers::load).to(method_not_allowed))
+        .service(web::resource("/v2/repository/models/{model}/unload").post(handlers::unload).to(method_not_allowed));
+    for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
+        cfg.service(web::resource(prefix.to_string()).get(handlers::model_metadata).to(method_not_allowed))
+            .service(web::resource(format!("{prefix}/ready")).get(handlers::model_ready).to(method_not_allowed))
+            .service(web::resource(format!("{prefix}/config")).get(handlers::model_config).to(method_not_allowed))
+            .service(web::resource(format!("{prefix}/stats")).get(handlers::model_stats).to(method_not_allowed))
+            .service(web::resource(format!("{prefix}/infer")).post(infer::infer).to(method_not_allowed));
+    }
+}
+
+/// Binds the endpoint; the returned server runs when spawned and stops through its handle.
+pub async fn serve(server: Arc<Server>, addr: SocketAddr, opts: HttpOptions) -> std::io::Result<actix_web::dev::Server> {
+    let state = web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes });
+    let srv = HttpServer::new(move || {
+        App::new().app_data(state.clone()).configure(routes).default_service(web::to(not_found))
+    })
+    .workers(opts.workers.max(1))
+    .shutdown_timeout(opts.exit_timeout_secs)
+    .disable_signals()
+    .bind(addr)?
+    .run();
+    Ok(srv)
+}

@@ -1,0 +1,5 @@
+//! The protocol frontends. Each one only decodes requests into the engine's types, calls the
+//! `Server` facade and encodes the answers; none holds model state.
+
+pub mod classification;
+pub mod http;

@@ -1,0 +1,283 @@
+"""Inference over HTTP the way tritonclient users run it: JSON and binary tensors, per-output
+binary_data, many requests in flight, every datatype through identity models, a real ONNX MLP
+checked against onnxruntime, and the classification extension. Expected values from numpy.
+"""
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
+
+from helpers import binary_request, split_binary_response
+
+
+def add_sub_inputs(a, b, binary=True):
+    ins = [httpclient.InferInput("INPUT0", list(a.shape), "FP32"),
+           httpclient.InferInput("INPUT1", list(b.shape), "FP32")]
+    ins[0].set_data_from_numpy(a, binary_data=binary)
+    ins[1].set_data_from_numpy(b, binary_data=binary)
+    return ins
+
+
+@pytest.fixture
+def ab():
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal((1, 16)).astype(np.float32),
+            rng.standard_normal((1, 16)).astype(np.float32))
+
+
+@pytest.mark.parametrize("binary_in", [False, True])
+@pytest.mark.parametrize("binary_out", [False, True])
+def test_add_sub_json_and_binary(server, ab, binary_in, binary_out):
+    a, b = ab
+    outs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out),
+            httpclient.InferRequestedOutput("OUTPUT1", binary_data=not binary_out)]
+    res = server.client.infer("add_sub", add_sub_inputs(a, b, binary_in), outputs=outs)
+    np.testing.assert_allclose(res.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+    np.testing.assert_allclose(res.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+    resp = res.get_response()
+    assert resp["model_name"] == "add_sub"
+    assert resp["model_version"] == "1"
+    by_name = {o["name"]: o for o in resp["outputs"]}
+    binary_name = "OUTPUT0" if binary_out else "OUTPUT1"
+    json_name = "OUTPUT1" if binary_out else "OUTPUT0"
+    assert by_name[binary_name]["parameters"] == {"binary_data_size": 64}
+    assert "data" not in by_name[binary_name]
+    assert len(by_name[json_name]["data"]) == 16
+    assert by_name[json_name]["shape"] == [1, 16]
+
+
+def test_full_batch_of_eight(server):
+    a = np.arange(128, dtype=np.float32).reshape(8, 16)
+    b = np.full((8, 16), 0.5, dtype=np.float32)
+    res = server.client.infer("add_sub", add_sub_inputs(a, b))
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
+
+
+def test_only_requested_output_is_returned(server, ab):
+    a, b = ab
+    res = server.client.infer("add_sub", add_sub_inputs(a, b),
+                              outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
+    assert [o["name"] for o in res.get_response()["outputs"]] == ["OUTPUT1"]
+    np.testing.assert_allclose(res.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+
+
+def test_request_id_is_echoed_and_omitted_when_absent(server, ab):
+    a, b = ab
+    res = server.client.infer("add_sub", add_sub_inputs(a, b), request_id="req-42")
+    assert res.get_response()["id"] == "req-42"
+    res = server.client.infer("add_sub", add_sub_inputs(a, b))
+    assert "id" not in res.get_response()
+
+
+def test_raw_json_response_shape(server):
+    body = {"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": list(range(16))},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [[1.0] * 16]}]}
+    r = server.post("/v2/models/add_sub/versions/1/infer", body)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    assert "Inference-Header-Content-Length" not in r.headers
+    out = r.json()
+    assert out["model_name"] == "add_sub" and out["model_version"] == "1"
+    assert out["outputs"][0] == {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16],
+                                 "data": [float(i + 1) for i in range(16)]}
+    assert out["outputs"][1]["data"] == [float(i - 1) for i in range(16)]
+
+
+def test_raw_binary_response_headers(server):
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.float32)
+    hdr = {"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}},
+                    {"name": "OUTPUT1", "parameters": {"binary_data": True}}]}
+    body, headers = binary_request(hdr, [a.tobytes(), b.tobytes()])
+    r = server.post("/v2/models/add_sub/infer", body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    header, tail = split_binary_response(r)
+    assert int(r.headers["Inference-Header-Content-Length"]) + 128 == len(r.content)
+    assert [o["parameters"] for o in header["outputs"]] == [{"binary_data_size": 64}] * 2
+    np.testing.assert_array_equal(np.frombuffer(tail[:64], np.float32), (a + b).ravel())
+    np.testing.assert_array_equal(np.frombuffer(tail[64:], np.float32), (a - b).ravel())
+
+
+def test_binary_data_output_request_parameter(server):
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    hdr = {"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}],
+        "parameters": {"binary_data_output": True}}
+    body, headers = binary_request(hdr, [a.tobytes(), a.tobytes()])
+    r = server.post("/v2/models/add_sub/infer", body, headers=headers)
+    assert r.status_code == 200, r.text
+    header, tail = split_binary_response(r)
+    assert len(tail) == 128
+    np.testing.assert_array_equal(np.frombuffer(tail[:64], np.float32), (2 * a).ravel())
+
+
+def test_binary_inputs_without_binary_outputs_answer_plain_json(server):
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    hdr = {"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}]}
+    body, headers = binary_request(hdr, [a.tobytes(), a.tobytes()])
+    r = server.post("/v2/models/add_sub/infer", body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert "Inference-Header-Content-Length" not in r.headers
+    assert r.json()["outputs"][1]["data"] == [0.0] * 16
+
+
+def test_64_async_requests_in_flight(server):
+    rng = np.random.default_rng(1)
+    pending = []
+    for i in range(64):
+        batch = 1 + i % 8
+        a = rng.standard_normal((batch, 16)).astype(np.float32)
+        b = rng.standard_normal((batch, 16)).astype(np.float32)
+        pending.append((a, b, server.client.async_infer("add_sub", add_sub_inputs(a, b),
+                                                        request_id=str(i))))
+    for i, (a, b, req) in enumerate(pending):
+        res = req.get_result(timeout=60)
+        assert res.get_response()["id"] == str(i)
+        np.testing.assert_allclose(res.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+        np.testing.assert_allclose(res.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000])
+def test_identity_fp32_variable_length(server, n):
+    meta = server.client.get_model_metadata("identity_fp32")
+    iname, oname = meta["inputs"][0]["name"], meta["outputs"][0]["name"]
+    x = np.linspace(-3, 3, n, dtype=np.float32)
+    inp = httpclient.InferInput(iname, [1, n], "FP32")  # max_batch_size 8: [batch, -1]
+    inp.set_data_from_numpy(x.reshape(1, n))
+    res = server.client.infer("identity_fp32", [inp])
+    np.testing.assert_array_equal(res.as_numpy(oname), x.reshape(1, n))
+
+
+def sample(datatype, shape, rng):
+    if datatype == "BYTES":
+        return np.array([f"s{i}-é".encode() for i in range(int(np.prod(shape)))],
+                        dtype=np.object_).reshape(shape)
+    dt = triton_to_np_dtype(datatype)
+    if dt == bool:
+        return (rng.integers(0, 2, shape) == 1)
+    if np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
+def concrete(shape, max_batch_size):
+    dims = [3 if d < 0 else d for d in shape[1 if max_batch_size > 0 else 0:]]
+    return ([2] if max_batch_size > 0 else []) + dims
+
+
+def identity_type_models(server):
+    names = sorted({m["name"] for m in server.index() if m["name"].startswith("identity_types")})
+    assert names, "the bundled repository has identity_types model(s)"
+    return names
+
+
+def test_every_datatype_round_trips_through_identity(server):
+    rng = np.random.default_rng(3)
+    seen = set()
+    for model in identity_type_models(server):
+        meta = server.client.get_model_metadata(model)
+        cfg = server.client.get_model_config(model)
+        mbs = cfg.get("max_batch_size", 0)
+        for binary in (True, False):
+            ins, expected = [], {}
+            for i, o in zip(meta["inputs"], meta["outputs"]):
+                shape = concrete(i["shape"], mbs)
+                t = httpclient.InferInput(i["name"], shape, i["datatype"])
+                if i["datatype"] == "BF16":
+                    # numpy has no bfloat16: tritonclient takes ml_dtypes.bfloat16 arrays,
+                    # binary only (JSON has no BF16 form); these values are exact in BF16.
+                    x = (rng.integers(-64, 64, shape) / 4).astype(ml_dtypes.bfloat16)
+                    t.set_data_from_numpy(x, binary_data=True)
+                else:
+                    x = sample(i["datatype"], shape, rng)
+                    t.set_data_from_numpy(x, binary_data=binary)
+                ins.append(t)
+                expected[o["name"]] = x
+                seen.add(i["datatype"])
+            outs = [httpclient.InferRequestedOutput(n, binary_data=binary or n.endswith("BF16")) for n in expected]
+            res = server.client.infer(model, ins, outputs=outs)
+            for name, x in expected.items():
+                got = res.as_numpy(name)
+                assert got.dtype == x.dtype or x.dtype == np.object_, (model, name, got.dtype)
+                if x.dtype == np.object_ and not binary:
+                    # JSON carries BYTES as strings, and tritonclient hands them back as str
+                    # (as it does against Triton).
+                    x = np.vectorize(lambda b: b.decode(), otypes=[object])(x)
+                np.testing.assert_array_equal(got, x, err_msg=f"{model}/{name} binary={binary}")
+    for dt in ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64",
+               "FP16", "BF16", "FP32", "FP64", "BYTES"):
+        assert dt in seen, f"no identity model for {dt}"
+
+
+def test_mlp_matches_onnxruntime(server):
+    import onnxruntime as ort
+    from helpers import BUNDLED_REPO
+    files = sorted((BUNDLED_REPO / "mlp").rglob("*.onnx"))
+    assert files, "model_repository/mlp has an .onnx file (scripts/setup.sh)"
+    sess = ort.InferenceSession(str(files[-1]), providers=["CPUExecutionProvider"])
+    meta = server.client.get_model_metadata("mlp")
+    cfg = server.client.get_model_config("mlp")
+    mbs = cfg.get("max_batch_size", 0)
+    rng = np.random.default_rng(11)
+    feeds, ins = {}, []
+    for i in meta["inputs"]:
+        shape = concrete(i["shape"], mbs)
+        x = rng.standard_normal(shape).astype(triton_to_np_dtype(i["datatype"]))
+        feeds[i["name"]] = x
+        t = httpclient.InferInput(i["name"], shape, i["datatype"])
+        t.set_data_from_numpy(x)
+        ins.append(t)
+    expected = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    res = server.client.infer("mlp", ins)
+    for o in meta["outputs"]:
+        np.testing.assert_allclose(res.as_numpy(o["name"]), expected[o["name"]], rtol=1e-5, atol=1e-6)
+
+
+def test_classification_without_labels(server):
+    a = np.array([[0.1, 0.7, 0.05, 0.9] + [0.0] * 12], dtype=np.float32)
+    b = np.zeros((1, 16), dtype=np.float32)
+    res = server.client.infer("add_sub", add_sub_inputs(a, b), outputs=[
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=3)])
+    out = res.get_response()["outputs"][0]
+    assert out["datatype"] == "BYTES"
+    assert out["shape"] == [1, 3]
+    assert out["data"] == ["0.900000:3", "0.700000:1", "0.100000:0"]
+    res = server.client.infer("add_sub", add_sub_inputs(a, b), outputs=[
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=True, class_count=2)])
+    assert [s.decode() for s in res.as_numpy("OUTPUT0").ravel()] == ["0.900000:3", "0.700000:1"]
+
+
+def test_classification_per_batch_element(server):
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.ones((2, 16), dtype=np.float32)
+    body = {"inputs": [
+        {"name": "INPUT0", "shape": [2, 16], "datatype": "FP32", "data": a.ravel().tolist()},
+        {"name": "INPUT1", "shape": [2, 16], "datatype": "FP32", "data": b.ravel().tolist()}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 2}}]}
+    r = server.post("/v2/models/add_sub/infer", body)
+    assert r.status_code == 200, r.text
+    out = r.json()["outputs"][0]
+    assert out["shape"] == [2, 2]
+    assert out["data"] == ["16.000000:15", "15.000000:14", "32.000000:15", "31.000000:14"]
+
+
+def test_request_parameters_are_accepted(server):
+    body = {"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16}],
+        "parameters": {"custom": "x", "n": 3}}
+    r = server.post("/v2/models/add_sub/infer", json.dumps(body))
+    assert r.status_code == 200, r.text
