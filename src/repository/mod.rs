@@ -176,7 +176,10 @@ impl RepositoryManager {
         let (found, errors) = scan(&self.opts.repositories);
         let result = match (found.get(name), errors.get(name)) {
             (_, Some(reason)) => Err(Error::invalid(reason.clone())),
-            (None, None) => Err(Error::not_found(format!("failed to load '{name}', failed to poll from model repository"))),
+            // Triton's answer (500) for a model no repository has; nothing to record.
+            (None, None) => {
+                return Err(Error::internal(format!("failed to load '{name}', failed to poll from model repository")))
+            }
             (Some(dir), None) => self.load_dir(dir.clone(), config_json).await,
         };
         if let Err(e) = &result {
@@ -269,7 +272,8 @@ impl RepositoryManager {
         let known = self.records.lock().contains_key(name);
         let (found, _) = scan(&self.opts.repositories);
         if !known && !found.contains_key(name) {
-            return Err(Error::not_found(format!("failed to unload '{name}', no version is available")));
+            // Triton answers 200 to unloading a model it does not have.
+            return Ok(());
         }
         let old = self.router.current(name);
         self.router.set(name, BTreeMap::new());

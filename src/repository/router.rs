@@ -30,7 +30,8 @@ impl Router {
         };
         found.cloned().ok_or_else(|| match version {
             Some(v) => Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found")),
-            None => Error::unavailable(format!("Request for unknown model: '{name}' has no available versions")),
+            // Triton answers 404 for a model it knows but has no version of (e.g. unloaded).
+            None => Error::not_found(format!("Request for unknown model: '{name}' has no available versions")),
         })
     }
 
@@ -49,13 +50,15 @@ impl Router {
         names.iter().flat_map(|n| self.all_versions(n)).collect()
     }
 
-    /// Replaces a model's ready versions (an empty map removes the model).
+    /// Replaces a model's ready versions. An empty map keeps the name known (an unloaded model
+    /// answers "has no available versions", as in Triton) until `forget` removes it.
     pub fn set(&self, name: &str, versions: BTreeMap<i64, Arc<LoadedModel>>) {
-        if versions.is_empty() {
-            self.models.remove(name);
-        } else {
-            self.models.insert(name.to_string(), Arc::new(versions));
-        }
+        self.models.insert(name.to_string(), Arc::new(versions));
+    }
+
+    /// Drops a model the repository no longer has.
+    pub fn forget(&self, name: &str) {
+        self.models.remove(name);
     }
 
     pub fn current(&self, name: &str) -> BTreeMap<i64, Arc<LoadedModel>> {
