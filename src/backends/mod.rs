@@ -3,6 +3,7 @@
 //! factory, and completes a partial config from the model file where Triton does.
 
 mod autocomplete;
+pub mod identity;
 pub mod onnx;
 
 use std::path::{Path, PathBuf};
@@ -81,9 +82,10 @@ pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &Backe
             };
             Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
         }
+        "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
         "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime)",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity)",
             config.name
         ))),
     }
