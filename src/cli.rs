@@ -5,6 +5,15 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
+/// `--grpc-infer-response-compression-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Compression {
+    None,
+    Low,
+    Medium,
+    High,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ControlMode {
     /// Load every model in the repositories at start; the repository API cannot change them.
@@ -79,6 +88,19 @@ pub struct Cli {
     /// Port of the gRPC endpoint.
     #[arg(long, default_value_t = 8001)]
     pub grpc_port: u16,
+    /// Milliseconds between HTTP/2 keepalive pings on gRPC connections (Triton's default).
+    #[arg(long, default_value_t = 7_200_000)]
+    pub grpc_keepalive_time: u64,
+    /// Milliseconds to wait for a keepalive ping's answer before closing the connection.
+    #[arg(long, default_value_t = 20_000)]
+    pub grpc_keepalive_timeout: u64,
+    /// Largest gRPC message accepted or sent, in bytes (Triton allows up to 2 GiB).
+    #[arg(long, default_value_t = i32::MAX as usize)]
+    pub grpc_max_message_size: usize,
+    /// Compression of gRPC responses: none, or gzip at any of low, medium, high.
+    /// Compressed requests (gzip) are always accepted.
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    pub grpc_infer_response_compression_level: Compression,
 
     /// Allow the Prometheus metrics endpoint.
     #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]

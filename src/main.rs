@@ -9,6 +9,7 @@ mod metrics;
 mod proto;
 mod repository;
 mod server;
+mod shm;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +80,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         None
     };
 
+    let grpc = if cli.allow_grpc {
+        let addr = SocketAddr::new(cli.grpc_address, cli.grpc_port);
+        let opts = frontends::grpc::GrpcOptions {
+            max_message_bytes: cli.grpc_max_message_size,
+            keepalive_time: Duration::from_millis(cli.grpc_keepalive_time),
+            keepalive_timeout: Duration::from_millis(cli.grpc_keepalive_timeout),
+            compress_responses: cli.grpc_infer_response_compression_level != cli::Compression::None,
+            threads: num_workers(),
+        };
+        let handle = frontends::grpc::serve(server.clone(), addr, opts)
+            .with_context(|| format!("cannot start the gRPC endpoint on {addr}"))?;
+        tracing::info!("started GRPCInferenceService at {addr}");
+        Some(handle)
+    } else {
+        None
+    };
+
     let metrics = if cli.allow_metrics {
         let addr = SocketAddr::new(cli.metrics_address.unwrap_or(cli.http_address), cli.metrics_port);
         let srv = metrics::serve(server.clone(), addr).with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
@@ -107,11 +125,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     shutdown_signal().await;
     server.begin_shutdown();
+    // gRPC stops accepting at once; its in-flight calls and streams finish (up to the exit
+    // timeout) while HTTP drains alongside.
+    let grpc_stopped = grpc.map(|h| tokio::task::spawn_blocking(move || h.stop(exit_timeout)));
     if let Some(h) = http {
         // Stops accepting, lets in-flight requests finish (up to the exit timeout).
         if tokio::time::timeout(exit_timeout, h.stop(true)).await.is_err() {
             tracing::warn!("HTTP requests still running after {}s; exiting anyway", cli.exit_timeout_secs);
         }
+    }
+    if let Some(stopped) = grpc_stopped {
+        stopped.await.ok();
     }
     if let Some(h) = metrics {
         h.stop(false).await;

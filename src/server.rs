@@ -172,13 +172,14 @@ impl Server {
     /// Statistics of one version, every version of a model, or (name = None) every model.
     pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStatistics>> {
         let router = self.repository.router();
+        // Triton's answer for a model (or version) it cannot give statistics of.
+        let unavailable = |n: &str| Error::invalid(format!("requested model '{n}' is not available"));
         let models: Vec<Arc<LoadedModel>> = match (name, version) {
-            (Some(n), Some(_)) => vec![router.get(n, version)?],
+            (Some(n), Some(_)) => vec![router.get(n, version).map_err(|_| unavailable(n))?],
             (Some(n), None) => {
                 let all = router.all_versions(n);
                 if all.is_empty() {
-                    // Same error as a request for the unknown model.
-                    router.get(n, None)?;
+                    return Err(unavailable(n));
                 }
                 all
             }

@@ -150,6 +150,25 @@ pub fn classify(tensor: &Tensor, class_count: u32, batched: bool, labels: Option
     Ok(Tensor::new(tensor.name.clone(), DataType::Bytes, shape, data))
 }
 
+/// A response's outputs as the client gets them: classification applied where a requested
+/// output asked for `class_count`. `batched` = the model's `max_batch_size > 0`; `labels` maps
+/// an output name to its label file lines.
+pub fn final_outputs(
+    response: &tritium_actors::InferResponse,
+    requested: &[tritium_actors::RequestedOutput],
+    batched: bool,
+    labels: &std::collections::HashMap<String, Vec<String>>,
+) -> Result<Vec<Tensor>> {
+    response
+        .outputs
+        .iter()
+        .map(|t| match requested.iter().find(|r| r.name == t.name && r.class_count > 0) {
+            Some(r) => classify(t, r.class_count, batched, labels.get(&t.name).map(Vec::as_slice)),
+            None => Ok(t.clone()),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,4 +2,6 @@
 //! `Server` facade and encodes the answers; none holds model state.
 
 pub mod classification;
+pub mod grpc;
 pub mod http;
+pub mod params;

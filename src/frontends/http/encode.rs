@@ -10,12 +10,11 @@ use actix_web::HttpResponse;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tritium_actors::{InferResponse, ParamValue, Parameters, RequestedOutput, Result, Tensor};
+use tritium_actors::{InferResponse, ParamValue, Parameters, RequestedOutput, Result};
 
 use super::binary::{body_with_binary, HEADER_LENGTH};
 use super::infer_json::OutputPlan;
 use super::tensor_json::DataJson;
-use crate::frontends::classification::classify;
 
 /// The encoded response: the JSON header and the binary outputs in order.
 #[derive(Debug)]
@@ -68,24 +67,6 @@ pub fn parameters_json(params: &Parameters) -> Map<String, Value> {
         .collect()
 }
 
-/// Applies classification where asked. `batched` = the model's `max_batch_size > 0`;
-/// `labels` maps an output name to its label file lines.
-fn final_outputs(
-    response: &InferResponse,
-    requested: &[RequestedOutput],
-    batched: bool,
-    labels: &HashMap<String, Vec<String>>,
-) -> Result<Vec<Tensor>> {
-    response
-        .outputs
-        .iter()
-        .map(|t| match requested.iter().find(|r| r.name == t.name && r.class_count > 0) {
-            Some(r) => classify(t, r.class_count, batched, labels.get(&t.name).map(Vec::as_slice)),
-            None => Ok(t.clone()),
-        })
-        .collect()
-}
-
 /// Encodes `response`. Output bytes that go binary are handed on as they are, never copied.
 pub fn encode_response(
     response: &InferResponse,
@@ -94,7 +75,7 @@ pub fn encode_response(
     batched: bool,
     labels: &HashMap<String, Vec<String>>,
 ) -> Result<Encoded> {
-    let outputs = final_outputs(response, requested, batched, labels)?;
+    let outputs = crate::frontends::classification::final_outputs(response, requested, batched, labels)?;
     let mut binary = Vec::new();
     let mut json_outputs = Vec::with_capacity(outputs.len());
     for t in &outputs {
@@ -139,6 +120,7 @@ mod tests {
     use actix_web::body::MessageBody;
     use serde_json::json;
     use tritium_actors::tensor::serialize_bytes;
+    use tritium_actors::Tensor;
     use tritium_actors::DataType;
 
     fn response(outputs: Vec<Tensor>) -> InferResponse {

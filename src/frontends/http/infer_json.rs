@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tritium_actors::tensor::element_count;
 use tritium_actors::{
-    CorrelationId, DataType, Error, InferRequest, ParamValue, RequestedOutput, Result, SequenceFlags, Tensor,
+    DataType, Error, InferRequest, ParamValue, RequestedOutput, Result, Tensor,
 };
 
 use super::binary::BinaryCursor;
@@ -99,49 +99,27 @@ pub fn decode_infer(model: &str, version: Option<i64>, json: &[u8], binary: Byte
 }
 
 fn decode_parameters(params: &Map<String, Value>, request: &mut InferRequest, plan: &mut OutputPlan) -> Result<()> {
-    let mut sequence: Option<SequenceFlags> = None;
-    fn seq(s: &mut Option<SequenceFlags>) -> &mut SequenceFlags {
-        s.get_or_insert(SequenceFlags { id: CorrelationId::U64(0), start: false, end: false })
-    }
+    let mut values = Vec::with_capacity(params.len());
     for (key, value) in params {
-        match key.as_str() {
-            "sequence_id" => {
-                seq(&mut sequence).id = match value {
-                    Value::String(s) => CorrelationId::Str(s.clone()),
-                    v => CorrelationId::U64(
-                        v.as_u64().ok_or_else(|| parse_error(key, "expected an unsigned integer or a string"))?,
-                    ),
-                }
-            }
-            "sequence_start" => seq(&mut sequence).start = bool_param(value, key)?,
-            "sequence_end" => seq(&mut sequence).end = bool_param(value, key)?,
-            "priority" => request.priority = uint_param(value, key)?,
-            "timeout" => request.timeout_us = uint_param(value, key)?,
-            "binary_data_output" => plan.default_binary = bool_param(value, key)?,
-            k if k.starts_with("triton_") => {
-                return Err(Error::invalid(
-                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
-                ))
-            }
-            _ => {
-                let v = match value {
-                    Value::String(s) => ParamValue::Str(s.clone()),
-                    Value::Bool(b) => ParamValue::Bool(*b),
-                    Value::Number(n) if n.is_i64() => ParamValue::Int(n.as_i64().expect("is_i64")),
-                    Value::Number(n) if n.is_u64() => ParamValue::UInt(n.as_u64().expect("is_u64")),
-                    Value::Number(n) => ParamValue::Double(n.as_f64().unwrap_or(f64::NAN)),
-                    _ => {
-                        return Err(Error::invalid(format!(
-                            "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
-                        )))
-                    }
-                };
-                request.parameters.insert(key.clone(), v);
-            }
+        if key == "binary_data_output" {
+            plan.default_binary = bool_param(value, key)?;
+            continue;
         }
+        let v = match value {
+            Value::String(s) => ParamValue::Str(s.clone()),
+            Value::Bool(b) => ParamValue::Bool(*b),
+            Value::Number(n) if n.is_i64() => ParamValue::Int(n.as_i64().expect("is_i64")),
+            Value::Number(n) if n.is_u64() => ParamValue::UInt(n.as_u64().expect("is_u64")),
+            Value::Number(n) => ParamValue::Double(n.as_f64().unwrap_or(f64::NAN)),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+                )))
+            }
+        };
+        values.push((key.clone(), v));
     }
-    request.sequence = sequence;
-    Ok(())
+    crate::frontends::params::apply(request, values)
 }
 
 /// Triton's rule: exactly one of `data`, `binary_data_size` or `shared_memory_region`.
@@ -242,7 +220,7 @@ fn decode_output(output: &Map<String, Value>) -> Result<(RequestedOutput, bool)>
 mod tests {
     use super::*;
     use serde_json::json;
-    use tritium_actors::ErrorKind;
+    use tritium_actors::{CorrelationId, ErrorKind, SequenceFlags};
 
     fn decode(doc: Value) -> Result<(InferRequest, OutputPlan)> {
         decode_infer("m", None, doc.to_string().as_bytes(), Bytes::new())

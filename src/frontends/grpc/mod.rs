@@ -1,0 +1,377 @@
+//! The gRPC frontend (tonic): Triton's `inference.GRPCInferenceService`, every RPC, plus the
+//! standard `grpc.health.v1` service. Like the HTTP frontend it only decodes, calls the
+//! `Server` facade and encodes; errors map to status codes in one place (`error.rs`).
+//! It runs on its own multi-threaded tokio runtime, so gRPC traffic does not share the HTTP
+//! workers' threads.
+
+mod error;
+mod health;
+mod stream;
+mod tensors;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::codec::CompressionEncoding;
+use tonic::{Request, Response, Status, Streaming};
+use tritium_actors::Error;
+
+use crate::proto::inference as pb;
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::server::{ModelStatistics, Server};
+use crate::shm;
+use error::IntoStatus;
+pub use error::status;
+use tensors::{decode, encode, parse_version, Decoded};
+
+/// Settings from the command line.
+#[derive(Debug, Clone)]
+pub struct GrpcOptions {
+    /// Largest message accepted or sent (Triton allows up to 2 GiB).
+    pub max_message_bytes: usize,
+    /// HTTP/2 keepalive ping interval (`--grpc-keepalive-time`, ms in Triton's flag).
+    pub keepalive_time: Duration,
+    /// How long to wait for a ping's answer (`--grpc-keepalive-timeout`).
+    pub keepalive_timeout: Duration,
+    /// Compress responses with gzip (`--grpc-infer-response-compression-level` other than none).
+    pub compress_responses: bool,
+    pub threads: usize,
+}
+
+pub struct GrpcService {
+    server: Arc<Server>,
+}
+
+/// The running endpoint: `stop` lets in-flight calls finish, then returns.
+pub struct GrpcHandle {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GrpcHandle {
+    pub fn stop(mut self, timeout: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let deadline = std::time::Instant::now() + timeout;
+            while !thread.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                tracing::warn!("gRPC calls still running after {}s; exiting anyway", timeout.as_secs());
+            }
+        }
+    }
+}
+
+/// Binds `addr` and serves on a runtime of its own; errors binding are returned here.
+pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow::Result<GrpcHandle> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(opts.threads.max(1))
+        .thread_name("grpc")
+        .enable_all()
+        .build()?;
+    let thread = std::thread::Builder::new().name("grpc-server".into()).spawn(move || {
+        runtime.block_on(async move {
+            let listener = match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!("gRPC listener: {e}");
+                    return;
+                }
+            };
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let mut service = GrpcInferenceServiceServer::new(GrpcService { server: server.clone() })
+                .max_decoding_message_size(opts.max_message_bytes)
+                .max_encoding_message_size(opts.max_message_bytes)
+                .accept_compressed(CompressionEncoding::Gzip);
+            if opts.compress_responses {
+                service = service.send_compressed(CompressionEncoding::Gzip);
+            }
+            let result = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(opts.keepalive_time))
+                .http2_keepalive_timeout(Some(opts.keepalive_timeout))
+                .add_service(service)
+                .add_service(health::service(server))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!("gRPC server: {e}");
+            }
+        });
+    })?;
+    Ok(GrpcHandle { stop: Some(stop_tx), thread: Some(thread) })
+}
+
+fn tensor_metadata(t: &crate::server::TensorMetadata) -> pb::model_metadata_response::TensorMetadata {
+    pb::model_metadata_response::TensorMetadata {
+        name: t.name.clone(),
+        datatype: t.datatype.as_str().to_string(),
+        shape: t.shape.clone(),
+    }
+}
+
+fn duration((count, ns): (u64, u64)) -> Option<pb::StatisticDuration> {
+    Some(pb::StatisticDuration { count, ns })
+}
+
+fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
+    let s = &m.stats;
+    pb::ModelStatistics {
+        name: m.name.clone(),
+        version: m.version.clone(),
+        last_inference: s.last_inference_ms,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: Some(pb::InferStatistics {
+            success: duration(s.success),
+            fail: duration(s.fail),
+            queue: duration(s.queue),
+            compute_input: duration(s.compute_input),
+            compute_infer: duration(s.compute_infer),
+            compute_output: duration(s.compute_output),
+            cache_hit: duration((0, 0)),
+            cache_miss: duration((0, 0)),
+        }),
+        batch_stats: s
+            .batches
+            .iter()
+            .map(|(size, b)| pb::InferBatchStatistics {
+                batch_size: *size as u64,
+                compute_input: duration((b.count, b.compute_input_ns)),
+                compute_infer: duration((b.count, b.compute_infer_ns)),
+                compute_output: duration((b.count, b.compute_output_ns)),
+            })
+            .collect(),
+        memory_usage: Vec::new(),
+        response_stats: HashMap::new(),
+    }
+}
+
+fn unsupported(what: &str) -> Status {
+    status(Error::unsupported(format!("{what} is not supported by this Tritium build")))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for GrpcService {
+    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> Result<Response<pb::ServerLiveResponse>, Status> {
+        Ok(Response::new(pb::ServerLiveResponse { live: self.server.is_live() }))
+    }
+
+    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> Result<Response<pb::ServerReadyResponse>, Status> {
+        Ok(Response::new(pb::ServerReadyResponse { ready: self.server.is_ready() }))
+    }
+
+    async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> Result<Response<pb::ModelReadyResponse>, Status> {
+        let r = request.into_inner();
+        let version = parse_version(&r.version).or_status()?;
+        Ok(Response::new(pb::ModelReadyResponse { ready: self.server.model_ready(&r.name, version) }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<pb::ServerMetadataRequest>,
+    ) -> Result<Response<pb::ServerMetadataResponse>, Status> {
+        let m = self.server.metadata();
+        Ok(Response::new(pb::ServerMetadataResponse {
+            name: m.name,
+            version: m.version,
+            extensions: m.extensions.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<pb::ModelMetadataRequest>,
+    ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
+        let r = request.into_inner();
+        let m = self.server.model_metadata(&r.name, parse_version(&r.version).or_status()?).or_status()?;
+        Ok(Response::new(pb::ModelMetadataResponse {
+            name: m.name,
+            versions: m.versions,
+            platform: m.platform,
+            inputs: m.inputs.iter().map(tensor_metadata).collect(),
+            outputs: m.outputs.iter().map(tensor_metadata).collect(),
+        }))
+    }
+
+    async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> Result<Response<pb::ModelInferResponse>, Status> {
+        let Decoded { request, shm_outputs } = decode(request.into_inner()).or_status()?;
+        let model = self.server.model(&request.model, request.version).or_status()?;
+        if model.handle.policy.decoupled {
+            return Err(status(Error::unsupported(format!(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy (model '{}'); use ModelStreamInfer",
+                request.model
+            ))));
+        }
+        let requested = request.outputs.clone();
+        // Dropping this future (the client cancelled) closes the reply; the engine then drops
+        // the request if it is still queued.
+        let (model, response) = self.server.infer(request).await.or_status()?;
+        Ok(Response::new(encode(&response, &requested, &shm_outputs, &model, None).or_status()?))
+    }
+
+    type ModelStreamInferStream = stream::ResponseStream;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<pb::ModelInferRequest>>,
+    ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
+        Ok(Response::new(stream::start(self.server.clone(), request.into_inner())))
+    }
+
+    async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> Result<Response<pb::ModelConfigResponse>, Status> {
+        let r = request.into_inner();
+        let model = self.server.model(&r.name, parse_version(&r.version).or_status()?).or_status()?;
+        Ok(Response::new(pb::ModelConfigResponse { config: Some(model.config.clone()) }))
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<pb::ModelStatisticsRequest>,
+    ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
+        let r = request.into_inner();
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let version = parse_version(&r.version).or_status()?;
+        let mut stats = self.server.statistics(name, version).or_status()?;
+        stats.sort_by(|a, b| (&a.name, a.version.parse::<i64>().unwrap_or(0)).cmp(&(&b.name, b.version.parse::<i64>().unwrap_or(0))));
+        Ok(Response::new(pb::ModelStatisticsResponse { model_stats: stats.iter().map(model_statistics).collect() }))
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<pb::RepositoryIndexRequest>,
+    ) -> Result<Response<pb::RepositoryIndexResponse>, Status> {
+        let r = request.into_inner();
+        let models = self
+            .server
+            .repository_index(r.ready)
+            .into_iter()
+            .map(|e| pb::repository_index_response::ModelIndex {
+                name: e.name,
+                version: e.version.unwrap_or_default(),
+                state: e.state,
+                reason: e.reason,
+            })
+            .collect();
+        Ok(Response::new(pb::RepositoryIndexResponse { models }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<pb::RepositoryModelLoadRequest>,
+    ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
+        use pb::model_repository_parameter::ParameterChoice;
+        let r = request.into_inner();
+        let mut config = None;
+        for (key, value) in &r.parameters {
+            match (key.as_str(), value.parameter_choice.as_ref()) {
+                ("config", Some(ParameterChoice::StringParam(s))) => config = Some(s.clone()),
+                ("config", _) => return Err(status(Error::invalid("parameter 'config' must be a string of JSON"))),
+                (k, _) if k.starts_with("file:") => {
+                    return Err(unsupported("loading a model from files sent in the request ('file:' parameters)"))
+                }
+                _ => {}
+            }
+        }
+        self.server.load_model(&r.model_name, config).await.or_status()?;
+        Ok(Response::new(pb::RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<pb::RepositoryModelUnloadRequest>,
+    ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
+        use pb::model_repository_parameter::ParameterChoice;
+        let r = request.into_inner();
+        let dependents = matches!(
+            r.parameters.get("unload_dependents").and_then(|p| p.parameter_choice.as_ref()),
+            Some(ParameterChoice::BoolParam(true))
+        );
+        self.server.unload_model(&r.model_name, dependents).await.or_status()?;
+        Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<pb::SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryStatusResponse>, Status> {
+        let r = request.into_inner();
+        let regions = shm::system()
+            .status(&r.name)
+            .or_status()?
+            .into_iter()
+            .map(|s| {
+                let status = pb::system_shared_memory_status_response::RegionStatus {
+                    name: s.name.clone(),
+                    key: s.key,
+                    offset: s.offset,
+                    byte_size: s.byte_size,
+                };
+                (s.name, status)
+            })
+            .collect();
+        Ok(Response::new(pb::SystemSharedMemoryStatusResponse { regions }))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<pb::SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryRegisterResponse>, Status> {
+        let r = request.into_inner();
+        shm::system().register(&r.name, &r.key, r.offset, r.byte_size).or_status()?;
+        Ok(Response::new(pb::SystemSharedMemoryRegisterResponse {}))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<pb::SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryUnregisterResponse>, Status> {
+        shm::system().unregister(&request.into_inner().name);
+        Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        request: Request<pb::CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<pb::CudaSharedMemoryStatusResponse>, Status> {
+        let name = request.into_inner().name;
+        if !name.is_empty() {
+            return Err(status(Error::not_found(format!("Unable to find cuda shared memory region: '{name}'"))));
+        }
+        // No region can be registered without CUDA, so there is none to list.
+        Ok(Response::new(pb::CudaSharedMemoryStatusResponse { regions: HashMap::new() }))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<pb::CudaSharedMemoryRegisterResponse>, Status> {
+        Err(status(Error::unsupported("CUDA shared memory is not available: this server runs without a GPU")))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<pb::CudaSharedMemoryUnregisterResponse>, Status> {
+        Err(status(Error::unsupported("CUDA shared memory is not available: this server runs without a GPU")))
+    }
+
+    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> Result<Response<pb::TraceSettingResponse>, Status> {
+        Err(unsupported("the trace extension"))
+    }
+
+    async fn log_settings(&self, _: Request<pb::LogSettingsRequest>) -> Result<Response<pb::LogSettingsResponse>, Status> {
+        Err(unsupported("the logging extension"))
+    }
+}

@@ -1,0 +1,108 @@
+//! `ModelStreamInfer`: many requests on one bidirectional stream, each answered (out of order,
+//! matched by `id`) as soon as it is done. A failed request answers with `error_message` and
+//! the stream lives on. Flow control: at most `MAX_IN_FLIGHT` requests of a stream are in the
+//! engine at once, and answers wait in a bounded buffer, so a client that stops reading stops
+//! the server from taking more of its requests instead of making it buffer without bound.
+//! A closed stream drops its queued requests (the engine sees their replies closed).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::{mpsc, Semaphore};
+use tonic::{Status, Streaming};
+use tritium_actors::{ParamValue, Reply};
+
+use super::tensors::{decode, encode, Decoded};
+use crate::proto::inference::{ModelInferRequest, ModelStreamInferResponse};
+use crate::server::Server;
+
+/// Requests of one stream that may be in the engine at once.
+pub const MAX_IN_FLIGHT: usize = 256;
+/// Answers buffered for a client that reads slowly.
+const OUT_BUFFER: usize = 64;
+
+pub type ResponseStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+
+fn error_response(message: String) -> ModelStreamInferResponse {
+    ModelStreamInferResponse { error_message: message, infer_response: None }
+}
+
+pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) -> ResponseStream {
+    let (out_tx, out_rx) = mpsc::channel::<Result<ModelStreamInferResponse, Status>>(OUT_BUFFER);
+    tokio::spawn(async move {
+        let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        loop {
+            let permit = tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+                _ = out_tx.closed() => break,
+            };
+            let message = tokio::select! {
+                m = incoming.message() => m,
+                _ = out_tx.closed() => break,
+            };
+            let request = match message {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!("stream closed by the client: {status}");
+                    break;
+                }
+            };
+            let (server, out) = (server.clone(), out_tx.clone());
+            tokio::spawn(async move {
+                run_one(&server, request, &out).await;
+                drop(permit);
+            });
+        }
+    });
+    Box::pin(futures::stream::unfold(out_rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }))
+}
+
+async fn run_one(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) {
+    let Decoded { request, shm_outputs } = match decode(request) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = out.send(Ok(error_response(e.message))).await;
+            return;
+        }
+    };
+    let empty_final = matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
+    let requested = request.outputs.clone();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let model = match server.submit(request, Reply::Stream(tx)) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = out.send(Ok(error_response(e.message))).await;
+            return;
+        }
+    };
+    let decoupled = model.handle.policy.decoupled;
+    loop {
+        let item = tokio::select! {
+            item = rx.recv() => item,
+            // The client went away: dropping `rx` tells the engine nobody reads this request.
+            _ = out.closed() => return,
+        };
+        let answer = match item {
+            None => return,
+            Some(Err(e)) => {
+                let _ = out.send(Ok(error_response(e.message))).await;
+                return;
+            }
+            Some(Ok(response)) => response,
+        };
+        let is_final = answer.is_final || !decoupled;
+        if decoupled && is_final && answer.outputs.is_empty() && !empty_final {
+            return;
+        }
+        let flag = decoupled.then_some(("triton_final_response", ParamValue::Bool(is_final)));
+        let message = match encode(&answer, &requested, &shm_outputs, &model, flag) {
+            Ok(r) => ModelStreamInferResponse { error_message: String::new(), infer_response: Some(r) },
+            Err(e) => error_response(e.message),
+        };
+        if out.send(Ok(message)).await.is_err() || is_final {
+            return;
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! `ModelInferRequest` → the engine's `InferRequest`, and `InferResponse` →
+//! `ModelInferResponse`, as Triton's gRPC frontend does it: inputs in typed `contents`, in
+//! `raw_input_contents` or in a registered shared-memory region; outputs in
+//! `raw_output_contents` (or written to the region the request named).
+
+use std::collections::HashMap;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tritium_actors::{DataType, Error, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Result, Tensor};
+
+use crate::proto::inference::infer_parameter::ParameterChoice;
+use crate::proto::inference::model_infer_request::InferInputTensor;
+use crate::proto::inference::model_infer_response::InferOutputTensor;
+use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::server::LoadedModel;
+use crate::shm;
+
+/// Where an output goes when the request put it in shared memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShmTarget {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+/// A decoded request and what its outputs need beyond the engine.
+#[derive(Debug)]
+pub struct Decoded {
+    pub request: InferRequest,
+    pub shm_outputs: HashMap<String, ShmTarget>,
+}
+
+/// `""` = the latest version.
+pub fn parse_version(version: &str) -> Result<Option<i64>> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    version
+        .parse::<i64>()
+        .map(Some)
+        .map_err(|_| Error::invalid(format!("failed to parse model version '{version}': a version is an integer")))
+}
+
+fn param_value(p: &InferParameter) -> Option<ParamValue> {
+    Some(match p.parameter_choice.as_ref()? {
+        ParameterChoice::BoolParam(b) => ParamValue::Bool(*b),
+        ParameterChoice::Int64Param(i) => ParamValue::Int(*i),
+        ParameterChoice::StringParam(s) => ParamValue::Str(s.clone()),
+        ParameterChoice::DoubleParam(d) => ParamValue::Double(*d),
+        ParameterChoice::Uint64Param(u) => ParamValue::UInt(*u),
+    })
+}
+
+pub fn infer_parameter(v: &ParamValue) -> InferParameter {
+    let choice = match v {
+        ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
+        ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
+        ParamValue::UInt(u) => ParameterChoice::Uint64Param(*u),
+        ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+        ParamValue::Str(s) => ParameterChoice::StringParam(s.clone()),
+    };
+    InferParameter { parameter_choice: Some(choice) }
+}
+
+fn uint_param(params: &HashMap<String, InferParameter>, key: &str, tensor: &str) -> Result<Option<u64>> {
+    match params.get(key).and_then(param_value) {
+        None => Ok(None),
+        Some(ParamValue::Int(i)) if i >= 0 => Ok(Some(i as u64)),
+        Some(ParamValue::UInt(u)) => Ok(Some(u)),
+        Some(_) => Err(Error::invalid(format!("parameter '{key}' of '{tensor}' must be a non-negative integer"))),
+    }
+}
+
+/// The shared-memory placement a tensor's parameters name, if any.
+fn shm_target(params: &HashMap<String, InferParameter>, tensor: &str) -> Result<Option<ShmTarget>> {
+    let region = match params.get("shared_memory_region").and_then(param_value) {
+        None => return Ok(None),
+        Some(ParamValue::Str(s)) => s,
+        Some(_) => return Err(Error::invalid(format!("parameter 'shared_memory_region' of '{tensor}' must be a string"))),
+    };
+    let byte_size = uint_param(params, "shared_memory_byte_size", tensor)?.ok_or_else(|| {
+        Error::invalid(format!("'shared_memory_byte_size' is missing for '{tensor}', which uses shared memory region '{region}'"))
+    })?;
+    let offset = uint_param(params, "shared_memory_offset", tensor)?.unwrap_or(0);
+    Ok(Some(ShmTarget { region, offset, byte_size }))
+}
+
+fn le<T: Copy, const N: usize>(values: &[T], to: impl Fn(T) -> [u8; N]) -> Bytes {
+    let mut out = BytesMut::with_capacity(values.len() * N);
+    for v in values {
+        out.put_slice(&to(*v));
+    }
+    out.freeze()
+}
+
+/// The bytes of typed `contents`, in the field Triton reads for the datatype.
+fn typed_contents(input: &str, datatype: DataType, c: &InferTensorContents) -> Result<Bytes> {
+    Ok(match datatype {
+        DataType::Bool => Bytes::from(c.bool_contents.iter().map(|b| *b as u8).collect::<Vec<u8>>()),
+        DataType::I8 => le(&c.int_contents, |v| (v as i8).to_le_bytes()),
+        DataType::I16 => le(&c.int_contents, |v| (v as i16).to_le_bytes()),
+        DataType::I32 => le(&c.int_contents, i32::to_le_bytes),
+        DataType::I64 => le(&c.int64_contents, i64::to_le_bytes),
+        DataType::U8 => le(&c.uint_contents, |v| (v as u8).to_le_bytes()),
+        DataType::U16 => le(&c.uint_contents, |v| (v as u16).to_le_bytes()),
+        DataType::U32 => le(&c.uint_contents, u32::to_le_bytes),
+        DataType::U64 => le(&c.uint64_contents, u64::to_le_bytes),
+        DataType::F32 => le(&c.fp32_contents, f32::to_le_bytes),
+        DataType::F64 => le(&c.fp64_contents, f64::to_le_bytes),
+        DataType::Bytes => tritium_actors::tensor::serialize_bytes(c.bytes_contents.iter()),
+        DataType::F16 | DataType::BF16 => {
+            return Err(Error::invalid(format!(
+                "input '{input}': {datatype} has no typed 'contents' field; send it in raw_input_contents"
+            )))
+        }
+    })
+}
+
+fn has_contents(c: &InferTensorContents) -> bool {
+    !(c.bool_contents.is_empty()
+        && c.int_contents.is_empty()
+        && c.int64_contents.is_empty()
+        && c.uint_contents.is_empty()
+        && c.uint64_contents.is_empty()
+        && c.fp32_contents.is_empty()
+        && c.fp64_contents.is_empty()
+        && c.bytes_contents.is_empty())
+}
+
+fn decode_input(
+    model: &str,
+    input: InferInputTensor,
+    raw: &mut std::vec::IntoIter<Bytes>,
+    uses_raw: bool,
+) -> Result<Tensor> {
+    let datatype = DataType::parse(&input.datatype)
+        .ok_or_else(|| Error::invalid(format!("invalid datatype '{}' for input '{}'", input.datatype, input.name)))?;
+    if input.shape.iter().any(|d| *d < 0) {
+        return Err(Error::invalid(format!(
+            "input '{}' for model '{model}' has a negative dimension in shape {:?}",
+            input.name, input.shape
+        )));
+    }
+    let contents = input.contents.as_ref().filter(|c| has_contents(c));
+    let data = if let Some(target) = shm_target(&input.parameters, &input.name)? {
+        if contents.is_some() {
+            return Err(Error::invalid(format!(
+                "input '{}' for model '{model}' names a shared memory region and also carries contents",
+                input.name
+            )));
+        }
+        shm::system().read(&target.region, target.offset, target.byte_size)?
+    } else if uses_raw {
+        if contents.is_some() {
+            return Err(Error::invalid(format!(
+                "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                input.name
+            )));
+        }
+        raw.next().ok_or_else(|| {
+            Error::invalid(format!("raw_input_contents has no entry for input '{}' of model '{model}'", input.name))
+        })?
+    } else {
+        match contents {
+            Some(c) => typed_contents(&input.name, datatype, c)?,
+            // An input with no elements has nothing to carry.
+            None => Bytes::new(),
+        }
+    };
+    Ok(Tensor::new(input.name, datatype, input.shape, data))
+}
+
+/// Decodes a gRPC request. Model-level checks (names, shapes, sizes) are the engine's.
+pub fn decode(req: ModelInferRequest) -> Result<Decoded> {
+    let version = parse_version(&req.model_version)?;
+    let model = req.model_name;
+    let mut request = InferRequest::new(model.clone(), Vec::new());
+    request.version = version;
+    request.id = req.id;
+    let params = req.parameters.iter().filter_map(|(k, v)| param_value(v).map(|v| (k.clone(), v)));
+    crate::frontends::params::apply(&mut request, params.collect::<Vec<_>>())?;
+
+    let raw_count = req.raw_input_contents.len();
+    let uses_raw = raw_count > 0;
+    let mut raw = req.raw_input_contents.into_iter();
+    let mut raw_inputs = 0;
+    for input in req.inputs {
+        if uses_raw && input.parameters.get("shared_memory_region").is_none() {
+            raw_inputs += 1;
+        }
+        request.inputs.push(decode_input(&model, input, &mut raw, uses_raw)?);
+    }
+    if uses_raw && raw_inputs != raw_count {
+        return Err(Error::invalid(format!(
+            "expected {raw_inputs} raw_input_contents (one per input not in shared memory) for model '{model}', got {raw_count}"
+        )));
+    }
+
+    let mut shm_outputs = HashMap::new();
+    for output in req.outputs {
+        let class_count = match output.parameters.get("classification").and_then(param_value) {
+            None => 0,
+            Some(ParamValue::Int(n)) if n >= 0 => n as u32,
+            Some(ParamValue::UInt(n)) => n as u32,
+            Some(_) => {
+                return Err(Error::invalid(format!(
+                    "parameter 'classification' of output '{}' must be a non-negative integer",
+                    output.name
+                )))
+            }
+        };
+        if let Some(target) = shm_target(&output.parameters, &output.name)? {
+            shm::system().check_output(&target.region, target.offset, target.byte_size)?;
+            shm_outputs.insert(output.name.clone(), target);
+        }
+        request.outputs.push(RequestedOutput { name: output.name, class_count });
+    }
+    Ok(Decoded { request, shm_outputs })
+}
+
+fn parameters(p: &Parameters) -> HashMap<String, InferParameter> {
+    p.iter().map(|(k, v)| (k.clone(), infer_parameter(v))).collect()
+}
+
+/// Encodes one response; outputs go in `raw_output_contents` (an empty entry for one written
+/// to shared memory, so indices still line up with `outputs`).
+pub fn encode(
+    response: &InferResponse,
+    requested: &[RequestedOutput],
+    shm_outputs: &HashMap<String, ShmTarget>,
+    model: &LoadedModel,
+    extra: Option<(&str, ParamValue)>,
+) -> Result<ModelInferResponse> {
+    let tensors = crate::frontends::classification::final_outputs(
+        response,
+        requested,
+        model.handle.policy.batches(),
+        &model.labels,
+    )?;
+    let mut outputs = Vec::with_capacity(tensors.len());
+    let mut raw = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let mut params = HashMap::new();
+        if let Some(target) = shm_outputs.get(&t.name) {
+            shm::system().write(&target.region, target.offset, target.byte_size, &t.data, &t.name)?;
+            params.insert("shared_memory_region".into(), infer_parameter(&ParamValue::Str(target.region.clone())));
+            params.insert("shared_memory_byte_size".into(), infer_parameter(&ParamValue::UInt(t.data.len() as u64)));
+            if target.offset != 0 {
+                params.insert("shared_memory_offset".into(), infer_parameter(&ParamValue::UInt(target.offset)));
+            }
+            raw.push(Bytes::new());
+        } else {
+            raw.push(t.data.clone());
+        }
+        outputs.push(InferOutputTensor {
+            name: t.name,
+            datatype: t.datatype.as_str().to_string(),
+            shape: t.shape,
+            parameters: params,
+            contents: None,
+        });
+    }
+    let mut params = parameters(&response.parameters);
+    if let Some((k, v)) = extra {
+        params.insert(k.to_string(), infer_parameter(&v));
+    }
+    Ok(ModelInferResponse {
+        model_name: response.model.clone(),
+        model_version: response.version.to_string(),
+        id: response.id.clone(),
+        parameters: params,
+        outputs,
+        raw_output_contents: raw,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
+        InferInputTensor { name: name.into(), datatype: datatype.into(), shape, parameters: HashMap::new(), contents }
+    }
+
+    #[test]
+    fn typed_contents_become_little_endian_bytes() {
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![
+                input("A", "INT16", vec![2], Some(InferTensorContents { int_contents: vec![1, -2], ..Default::default() })),
+                input("B", "BYTES", vec![1], Some(InferTensorContents { bytes_contents: vec![Bytes::from_static(b"hi")], ..Default::default() })),
+                input("C", "FP32", vec![1], Some(InferTensorContents { fp32_contents: vec![1.0], ..Default::default() })),
+            ],
+            ..Default::default()
+        };
+        let d = decode(req).unwrap();
+        assert_eq!(&d.request.inputs[0].data[..], &[1, 0, 0xfe, 0xff]);
+        assert_eq!(&d.request.inputs[1].data[..], b"\x02\x00\x00\x00hi");
+        assert_eq!(&d.request.inputs[2].data[..], &1.0f32.to_le_bytes());
+    }
+
+    #[test]
+    fn raw_contents_are_taken_in_order_and_counted() {
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            model_version: "3".into(),
+            inputs: vec![input("A", "FP16", vec![1], None), input("B", "UINT8", vec![2], None)],
+            raw_input_contents: vec![Bytes::from_static(&[0, 60]), Bytes::from_static(&[7, 8])],
+            ..Default::default()
+        };
+        let d = decode(req).unwrap();
+        assert_eq!(d.request.version, Some(3));
+        assert_eq!(&d.request.inputs[1].data[..], &[7, 8]);
+
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("A", "UINT8", vec![1], None)],
+            raw_input_contents: vec![Bytes::from_static(&[1]), Bytes::from_static(&[2])],
+            ..Default::default()
+        };
+        assert!(decode(req).unwrap_err().message.contains("expected 1 raw_input_contents"));
+    }
+
+    #[test]
+    fn bad_datatype_version_and_mixed_contents_are_refused() {
+        let bad = |req: ModelInferRequest| decode(req).unwrap_err().message;
+        assert!(bad(ModelInferRequest { model_name: "m".into(), model_version: "x".into(), ..Default::default() })
+            .contains("failed to parse model version"));
+        assert!(bad(ModelInferRequest { model_name: "m".into(), inputs: vec![input("A", "FLOAT", vec![1], None)], ..Default::default() })
+            .contains("invalid datatype 'FLOAT'"));
+        let mixed = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("A", "INT32", vec![1], Some(InferTensorContents { int_contents: vec![1], ..Default::default() }))],
+            raw_input_contents: vec![Bytes::from_static(&[0, 0, 0, 0])],
+            ..Default::default()
+        };
+        assert!(bad(mixed).contains("contents field must not be specified"));
+        let fp16 = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("A", "FP16", vec![1], Some(InferTensorContents { fp32_contents: vec![1.0], ..Default::default() }))],
+            ..Default::default()
+        };
+        assert!(bad(fp16).contains("raw_input_contents"));
+    }
+}
