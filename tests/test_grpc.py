@@ -356,3 +356,100 @@ def test_cancelled_requests_leave_nothing_behind(start_server, tmp_path):
         assert stub.ModelInfer(request()).outputs[0].name == "OUTPUT0"
     finally:
         channel.close()
+
+
+def int_input(name, values, datatype="INT32"):
+    dt = {"INT32": np.int32, "UINT32": np.uint32}[datatype]
+    t = grpcclient.InferInput(name, [len(values)], datatype)
+    t.set_data_from_numpy(np.array(values, dtype=dt))
+    return t
+
+
+def collect_stream(client, model, inputs, request_id, count, enable_empty_final=False, timeout=30):
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer(model, inputs, request_id=request_id,
+                                  enable_empty_final_response=enable_empty_final)
+        got = [answers.get(timeout=timeout) for _ in range(count)]
+        time.sleep(0.2)
+        assert answers.empty(), "no more responses than expected"
+        return got
+    finally:
+        client.stop_stream()
+
+
+def test_decoupled_repeat_sends_n_responses_in_order_with_the_final_flag(client):
+    values = [4, -1, 7, 0, 12]
+    got = collect_stream(client, "repeat_int32",
+                         [int_input("IN", values), int_input("DELAY", [5] * 5, "UINT32")], "rep",
+                         count=len(values) + 1, enable_empty_final=True)
+    assert all(error is None for _, error in got), [e for _, e in got]
+    responses = [r.get_response() for r, _ in got]
+    assert all(r.id == "rep" for r in responses)
+    flags = [r.parameters["triton_final_response"].bool_param for r in responses]
+    assert flags == [False] * len(values) + [True]
+    data = [(int(r.as_numpy("OUT")[0]), int(r.as_numpy("IDX")[0])) for r, _ in got[:-1]]
+    assert data == [(v, i) for i, v in enumerate(values)]
+    assert len(responses[-1].outputs) == 0, "the final flag comes in an empty response"
+
+
+def test_decoupled_square_and_zero_responses(client):
+    got = collect_stream(client, "square_int32", [int_input("IN", [3])], "sq", count=3)
+    assert [int(r.as_numpy("OUT")[0]) for r, _ in got] == [3, 3, 3]
+    # n = 0: no response at all without the empty final response ...
+    assert collect_stream(client, "square_int32", [int_input("IN", [0])], "sq0", count=0) == []
+    # ... and only the final flag with it.
+    (r, error), = collect_stream(client, "square_int32", [int_input("IN", [0])], "sq0", count=1, enable_empty_final=True)
+    assert error is None and r.get_response().parameters["triton_final_response"].bool_param
+
+
+def test_decoupled_models_refuse_unary_and_http(client, server):
+    raises(lambda: client.infer("repeat_int32", [int_input("IN", [1])]), "StatusCode.UNIMPLEMENTED",
+           "doesn't support models with decoupled transaction policy")
+    r = server.post("/v2/models/repeat_int32/infer",
+                    {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]}]})
+    assert r.status_code == 400 or r.status_code == 501
+    assert "decoupled" in r.json()["error"]
+
+
+def test_thousand_interleaved_requests_on_one_stream(client):
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    sent = {}
+    try:
+        for k in range(1000):
+            a = np.full((1, 16), k, dtype=np.float32)
+            b = np.full((1, 16), 0.5, dtype=np.float32)
+            sent[f"i{k}"] = a + b
+            client.async_stream_infer("add_sub", add_sub_inputs(a, b), request_id=f"i{k}")
+        got = {}
+        for _ in range(1000):
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            got[result.get_response().id] = result.as_numpy("OUTPUT0")
+    finally:
+        client.stop_stream()
+    assert set(got) == set(sent)
+    for rid, value in sent.items():
+        np.testing.assert_array_equal(got[rid], value)
+
+
+def test_closing_a_stream_mid_way_stops_a_decoupled_request(client, server):
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    # Both instances of repeat_int32 busy with 50 responses 100 ms apart: 5 s each if run out.
+    for rid in ("long1", "long2"):
+        client.async_stream_infer("repeat_int32", [int_input("IN", list(range(50))), int_input("DELAY", [100] * 50, "UINT32")],
+                                  request_id=rid)
+    firsts = {answers.get(timeout=10)[0].get_response().id for _ in range(2)}
+    assert firsts == {"long1", "long2"}
+    client.stop_stream(cancel_requests=True)
+    # The instances stop at their next response, so a new request is served within a second or
+    # so instead of after the 5 s the cancelled ones would have taken.
+    started = time.monotonic()
+    got = collect_stream(client, "repeat_int32", [int_input("IN", [9])], "after", count=1, timeout=10)
+    assert got[0][1] is None and int(got[0][0].as_numpy("OUT")[0]) == 9
+    assert time.monotonic() - started < 2.5, time.monotonic() - started
+    stats = server.client.get_inference_statistics("repeat_int32")["model_stats"][0]
+    assert int(stats["inference_stats"]["fail"]["count"]) >= 2, "the cancelled requests count as failed"

@@ -3,6 +3,7 @@
 //! factory, and completes a partial config from the model file where Triton does.
 
 mod autocomplete;
+pub mod decoupled;
 pub mod identity;
 pub mod onnx;
 
@@ -83,9 +84,11 @@ pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &Backe
             Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
         }
         "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
+        "repeat" => Ok(Arc::new(decoupled::RepeatFactory::from_config(config)?)),
+        "square" => Ok(Arc::new(decoupled::SquareFactory::from_config(config)?)),
         "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity)",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity, repeat, square)",
             config.name
         ))),
     }

@@ -1,0 +1,172 @@
+//! Built-in decoupled models that need no model file, as in Triton's test suite, usable from
+//! `config.pbtxt` with `model_transaction_policy { decoupled: true }`:
+//!
+//! - `backend: "repeat"`: input `IN` (INT32 [n]) and optional `DELAY` (UINT32 [n], ms) and
+//!   `WAIT` (UINT32 [1], ms); sends n responses, the i-th with `OUT` = [IN[i]] and `IDX` = [i],
+//!   each after its delay, then waits `WAIT` before the final flag.
+//! - `backend: "square"`: input `IN` (INT32 [1]) = n; sends n responses, each `OUT` = [n].
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
+
+use crate::config::ModelConfig;
+
+fn values<const N: usize, T>(tensor: &Tensor, from: impl Fn([u8; N]) -> T) -> Vec<T> {
+    tensor.data.chunks_exact(N).map(|c| from(c.try_into().expect("chunks of N"))).collect()
+}
+
+fn input<'a>(batch: &'a BatchInput<'_>, name: &str, datatype: DataType) -> Result<Option<&'a Tensor>> {
+    match batch.inputs.iter().find(|t| t.name == name) {
+        None => Ok(None),
+        Some(t) if t.datatype == datatype => Ok(Some(t)),
+        Some(t) => Err(Error::invalid(format!("input '{name}' must be {datatype}, got {}", t.datatype))),
+    }
+}
+
+fn scalar(name: &str, datatype: DataType, data: Bytes) -> Tensor {
+    Tensor::new(name, datatype, vec![1], data)
+}
+
+fn require_decoupled(config: &ModelConfig, backend: &str) -> Result<()> {
+    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    if !decoupled {
+        return Err(Error::invalid(format!(
+            "model '{}': the {backend} backend needs model_transaction_policy {{ decoupled: true }}",
+            config.name
+        )));
+    }
+    Ok(())
+}
+
+pub struct RepeatFactory;
+
+impl RepeatFactory {
+    pub fn from_config(config: &ModelConfig) -> Result<Self> {
+        require_decoupled(config, "repeat")?;
+        Ok(RepeatFactory)
+    }
+}
+
+impl BackendFactory for RepeatFactory {
+    fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(Repeat))
+    }
+}
+
+struct Repeat;
+
+impl Backend for Repeat {
+    fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        Err(Error::unsupported("the repeat backend is decoupled: it answers through a stream"))
+    }
+
+    fn execute_decoupled(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>) -> Result<()> {
+        let inp = input(&batch, "IN", DataType::I32)?.ok_or_else(|| Error::invalid("the repeat backend needs input 'IN'"))?;
+        let items = values(inp, i32::from_le_bytes);
+        let delays = match input(&batch, "DELAY", DataType::U32)? {
+            Some(t) => values(t, u32::from_le_bytes),
+            None => Vec::new(),
+        };
+        if !delays.is_empty() && delays.len() != items.len() {
+            return Err(Error::invalid(format!(
+                "input 'DELAY' must have one element per element of 'IN' ({}), got {}",
+                items.len(),
+                delays.len()
+            )));
+        }
+        let wait = match input(&batch, "WAIT", DataType::U32)? {
+            Some(t) => values(t, u32::from_le_bytes).first().copied().unwrap_or(0),
+            None => 0,
+        };
+        for (i, v) in items.iter().enumerate() {
+            if let Some(ms) = delays.get(i) {
+                std::thread::sleep(Duration::from_millis(u64::from(*ms)));
+            }
+            let mut outputs = vec![
+                scalar("OUT", DataType::I32, Bytes::copy_from_slice(&v.to_le_bytes())),
+                scalar("IDX", DataType::U32, Bytes::copy_from_slice(&(i as u32).to_le_bytes())),
+            ];
+            outputs.retain(|t| batch.outputs.is_empty() || batch.outputs.contains(&t.name));
+            // A closed stream ends the work early.
+            emit(outputs)?;
+        }
+        std::thread::sleep(Duration::from_millis(u64::from(wait)));
+        Ok(())
+    }
+}
+
+pub struct SquareFactory;
+
+impl SquareFactory {
+    pub fn from_config(config: &ModelConfig) -> Result<Self> {
+        require_decoupled(config, "square")?;
+        Ok(SquareFactory)
+    }
+}
+
+impl BackendFactory for SquareFactory {
+    fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(Square))
+    }
+}
+
+struct Square;
+
+impl Backend for Square {
+    fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        Err(Error::unsupported("the square backend is decoupled: it answers through a stream"))
+    }
+
+    fn execute_decoupled(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>) -> Result<()> {
+        let inp = input(&batch, "IN", DataType::I32)?.ok_or_else(|| Error::invalid("the square backend needs input 'IN'"))?;
+        let n = *values(inp, i32::from_le_bytes)
+            .first()
+            .ok_or_else(|| Error::invalid("input 'IN' of the square backend must hold one element"))?;
+        if n < 0 {
+            return Err(Error::invalid(format!("input 'IN' of the square backend must not be negative, got {n}")));
+        }
+        for _ in 0..n {
+            emit(vec![scalar("OUT", DataType::I32, Bytes::copy_from_slice(&n.to_le_bytes()))])?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(name: &str, datatype: DataType, v: &[u32]) -> Tensor {
+        let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Tensor::new(name, datatype, vec![v.len() as i64], Bytes::from(data))
+    }
+
+    #[test]
+    fn repeat_sends_one_response_per_element_in_order() {
+        let mut got = Vec::new();
+        let inputs = [ints("IN", DataType::I32, &[5, 6, 7]), ints("DELAY", DataType::U32, &[1, 1, 1])];
+        Repeat
+            .execute_decoupled(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1 }, &mut |o| {
+                got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(got, vec![(5, 0), (6, 1), (7, 2)]);
+    }
+
+    #[test]
+    fn square_sends_n_responses_and_refuses_bad_input() {
+        let mut n = 0;
+        let inputs = [ints("IN", DataType::I32, &[4])];
+        Square.execute_decoupled(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1 }, &mut |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 4);
+        let bad = [ints("IN", DataType::U32, &[4])];
+        assert!(Square.execute_decoupled(BatchInput { inputs: &bad, outputs: &[], batch_size: 1 }, &mut |_| Ok(())).is_err());
+    }
+}
