@@ -18,6 +18,7 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const EXTENSIONS: &[&str] = &[
     "classification",
     "model_repository",
+    "system_shared_memory",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",

@@ -131,6 +131,14 @@ impl SystemRegion {
     }
 }
 
+/// Where a tensor lives when a request names a region instead of sending bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
 /// The registered system shared-memory regions, by name.
 #[derive(Default)]
 pub struct Registry {

@@ -13,21 +13,13 @@ use crate::proto::inference::model_infer_request::InferInputTensor;
 use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
 use crate::server::LoadedModel;
-use crate::shm;
-
-/// Where an output goes when the request put it in shared memory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ShmTarget {
-    pub region: String,
-    pub offset: u64,
-    pub byte_size: u64,
-}
+use crate::shm::{self, Placement};
 
 /// A decoded request and what its outputs need beyond the engine.
 #[derive(Debug)]
 pub struct Decoded {
     pub request: InferRequest,
-    pub shm_outputs: HashMap<String, ShmTarget>,
+    pub shm_outputs: HashMap<String, Placement>,
 }
 
 /// `""` = the latest version.
@@ -72,7 +64,7 @@ fn uint_param(params: &HashMap<String, InferParameter>, key: &str, tensor: &str)
 }
 
 /// The shared-memory placement a tensor's parameters name, if any.
-fn shm_target(params: &HashMap<String, InferParameter>, tensor: &str) -> Result<Option<ShmTarget>> {
+fn shm_target(params: &HashMap<String, InferParameter>, tensor: &str) -> Result<Option<Placement>> {
     let region = match params.get("shared_memory_region").and_then(param_value) {
         None => return Ok(None),
         Some(ParamValue::Str(s)) => s,
@@ -82,7 +74,7 @@ fn shm_target(params: &HashMap<String, InferParameter>, tensor: &str) -> Result<
         Error::invalid(format!("'shared_memory_byte_size' is missing for '{tensor}', which uses shared memory region '{region}'"))
     })?;
     let offset = uint_param(params, "shared_memory_offset", tensor)?.unwrap_or(0);
-    Ok(Some(ShmTarget { region, offset, byte_size }))
+    Ok(Some(Placement { region, offset, byte_size }))
 }
 
 fn le<T: Copy, const N: usize>(values: &[T], to: impl Fn(T) -> [u8; N]) -> Bytes {
@@ -227,7 +219,7 @@ fn parameters(p: &Parameters) -> HashMap<String, InferParameter> {
 pub fn encode(
     response: &InferResponse,
     requested: &[RequestedOutput],
-    shm_outputs: &HashMap<String, ShmTarget>,
+    shm_outputs: &HashMap<String, Placement>,
     model: &LoadedModel,
     extra: Option<(&str, ParamValue)>,
 ) -> Result<ModelInferResponse> {

@@ -24,8 +24,10 @@ pub struct Encoded {
 }
 
 #[derive(Serialize)]
-struct BinarySize {
-    binary_data_size: usize,
+#[serde(untagged)]
+enum OutputParams {
+    Binary { binary_data_size: usize },
+    SharedMemory { shared_memory_region: String, shared_memory_byte_size: usize },
 }
 
 #[derive(Serialize)]
@@ -34,7 +36,7 @@ struct OutputJson<'a> {
     datatype: &'static str,
     shape: &'a [i64],
     #[serde(skip_serializing_if = "Option::is_none")]
-    parameters: Option<BinarySize>,
+    parameters: Option<OutputParams>,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<DataJson<'a>>,
 }
@@ -79,11 +81,18 @@ pub fn encode_response(
     let mut binary = Vec::new();
     let mut json_outputs = Vec::with_capacity(outputs.len());
     for t in &outputs {
-        let (parameters, data) = if plan.is_binary(&t.name) {
+        let (parameters, data) = if let Some(place) = plan.shm.get(&t.name) {
+            crate::shm::system().write(&place.region, place.offset, place.byte_size, &t.data, &t.name)?;
+            let params = OutputParams::SharedMemory {
+                shared_memory_region: place.region.clone(),
+                shared_memory_byte_size: t.data.len(),
+            };
+            (Some(params), None)
+        } else if plan.is_binary(&t.name) {
             if !t.data.is_empty() {
                 binary.push(t.data.clone());
             }
-            (Some(BinarySize { binary_data_size: t.data.len() }), None)
+            (Some(OutputParams::Binary { binary_data_size: t.data.len() }), None)
         } else {
             (None, Some(DataJson::new(t, &response.model)?))
         };
@@ -161,7 +170,7 @@ mod tests {
     fn binary_outputs_go_after_the_json_without_copying() {
         let out = f32s("OUT", vec![2], &[1.0, 2.0]);
         let other = f32s("J", vec![1], &[3.0]);
-        let plan = OutputPlan { default_binary: false, listed: [("OUT".to_string(), true), ("J".to_string(), false)].into() };
+        let plan = OutputPlan { default_binary: false, listed: [("OUT".to_string(), true), ("J".to_string(), false)].into(), ..Default::default() };
         let e = encode_response(&response(vec![out.clone(), other]), &[], &plan, false, &HashMap::new()).unwrap();
         assert_eq!(e.binary.len(), 1);
         assert_eq!(e.binary[0].as_ptr(), out.data.as_ptr());
@@ -172,7 +181,7 @@ mod tests {
 
     #[test]
     fn empty_binary_output_has_size_zero_and_no_chunk() {
-        let plan = OutputPlan { default_binary: true, listed: HashMap::new() };
+        let plan = OutputPlan { default_binary: true, listed: HashMap::new(), ..Default::default() };
         let e = encode_response(&response(vec![f32s("OUT", vec![0], &[])]), &[], &plan, false, &HashMap::new()).unwrap();
         assert!(e.binary.is_empty());
         assert_eq!(json_of(&e)["outputs"][0]["parameters"], json!({"binary_data_size": 0}));

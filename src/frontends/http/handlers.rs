@@ -30,7 +30,7 @@ pub fn model_and_version(path: &ModelPath) -> Result<(String, Option<i64>)> {
 
 pub type ModelPath = web::Path<ModelPathParams>;
 
-fn json_ok(value: &Value) -> HttpResponse {
+pub(super) fn json_ok(value: &Value) -> HttpResponse {
     HttpResponse::Ok().insert_header((header::CONTENT_TYPE, "application/json")).body(value.to_string())
 }
 
@@ -99,7 +99,7 @@ pub async fn all_stats(state: web::Data<HttpState>) -> HttpResult<HttpResponse> 
 }
 
 /// An optional JSON body; an empty body is `{}`.
-fn json_body(body: &[u8]) -> Result<Value> {
+pub(super) fn json_body(body: &[u8]) -> Result<Value> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
@@ -143,7 +143,7 @@ fn parameters(request: &Value) -> Result<Option<&serde_json::Map<String, Value>>
     }
 }
 
-fn ok_empty() -> HttpResponse {
+pub(super) fn ok_empty() -> HttpResponse {
     HttpResponse::Ok().insert_header((header::CONTENT_TYPE, "application/json")).finish()
 }
 

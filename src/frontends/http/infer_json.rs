@@ -12,6 +12,7 @@ use tritium_actors::{
 };
 
 use super::binary::BinaryCursor;
+use crate::shm::{self, Placement};
 use super::tensor_json::data_from_json;
 
 /// How the response sends each output.
@@ -21,6 +22,8 @@ pub struct OutputPlan {
     pub default_binary: bool,
     /// Outputs the request listed, with their `binary_data`.
     pub listed: HashMap<String, bool>,
+    /// Outputs to write into a registered shared-memory region instead of the body.
+    pub shm: HashMap<String, Placement>,
 }
 
 impl OutputPlan {
@@ -90,8 +93,11 @@ pub fn decode_infer(model: &str, version: Option<i64>, json: &[u8], binary: Byte
     if let Some(outputs) = doc.get("outputs") {
         let outputs = outputs.as_array().ok_or_else(|| parse_error("outputs", "expected a list of outputs"))?;
         for output in outputs {
-            let (requested, binary) = decode_output(as_object(output, "an output")?)?;
+            let (requested, binary, place) = decode_output(as_object(output, "an output")?)?;
             plan.listed.insert(requested.name.clone(), binary);
+            if let Some(place) = place {
+                plan.shm.insert(requested.name.clone(), place);
+            }
             request.outputs.push(requested);
         }
     }
@@ -177,10 +183,10 @@ fn decode_input(input: &Map<String, Value>, model: &str, cursor: &mut BinaryCurs
     let shape = decode_shape(input)?;
     let elements = element_count(&shape).map_err(|e| Error::invalid(format!("input '{name}': {}", e.message)))?;
 
-    if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
-        return Err(Error::unsupported(format!(
-            "input '{name}': shared memory is not supported by this server; send 'data' or binary data"
-        )));
+    if let Some(place) = placement(params, name)? {
+        // A view of the mapping: the engine reads the region without a copy.
+        let data = shm::system().read(&place.region, place.offset, place.byte_size)?;
+        return Ok(Tensor::new(name, datatype, shape, data));
     }
     let data = match params.and_then(|p| p.get("binary_data_size")) {
         Some(size) => {
@@ -192,16 +198,36 @@ fn decode_input(input: &Map<String, Value>, model: &str, cursor: &mut BinaryCurs
     Ok(Tensor::new(name, datatype, shape, data))
 }
 
-fn decode_output(output: &Map<String, Value>) -> Result<(RequestedOutput, bool)> {
+/// The shared-memory placement named by a tensor's parameters, if any.
+fn placement(params: Option<&Map<String, Value>>, tensor: &str) -> Result<Option<Placement>> {
+    let Some(params) = params else { return Ok(None) };
+    let Some(region) = params.get("shared_memory_region") else { return Ok(None) };
+    let region = region.as_str().ok_or_else(|| parse_error("shared_memory_region", "expected a string"))?.to_string();
+    let byte_size = match params.get("shared_memory_byte_size") {
+        Some(v) => uint_param(v, "shared_memory_byte_size")?,
+        None => {
+            return Err(Error::invalid(format!(
+                "'shared_memory_byte_size' is missing for '{tensor}', which uses shared memory region '{region}'"
+            )))
+        }
+    };
+    let offset = match params.get("shared_memory_offset") {
+        Some(v) => uint_param(v, "shared_memory_offset")?,
+        None => 0,
+    };
+    Ok(Some(Placement { region, offset, byte_size }))
+}
+
+fn decode_output(output: &Map<String, Value>) -> Result<(RequestedOutput, bool, Option<Placement>)> {
     let name = string_field(output, "name")?.to_string();
     let mut class_count = 0u32;
     let mut binary = false;
+    let mut place = None;
     if let Some(params) = output.get("parameters") {
         let params = as_object(params, "the 'parameters' of an output")?;
-        if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "output '{name}': shared memory is not supported by this server"
-            )));
+        if let Some(p) = placement(Some(params), &name)? {
+            shm::system().check_output(&p.region, p.offset, p.byte_size)?;
+            place = Some(p);
         }
         if let Some(b) = params.get("binary_data") {
             binary = bool_param(b, "binary_data")?;
@@ -213,7 +239,7 @@ fn decode_output(output: &Map<String, Value>) -> Result<(RequestedOutput, bool)>
                 .ok_or_else(|| Error::invalid("Unable to set 'classification': expected an unsigned 32-bit integer"))?;
         }
     }
-    Ok((RequestedOutput { name, class_count }, binary))
+    Ok((RequestedOutput { name, class_count }, binary, place))
 }
 
 #[cfg(test)]
@@ -359,7 +385,9 @@ mod tests {
         let out = |p: Value| err(json!({"inputs": [], "outputs": [{"name": "O", "parameters": p}]}));
         assert!(out(json!({"classification": -1})).message.contains("'classification'"));
         assert!(out(json!({"binary_data": "yes"})).message.contains("'binary_data'"));
-        assert_eq!(out(json!({"shared_memory_region": "r"})).kind, ErrorKind::Unsupported);
+        assert!(out(json!({"shared_memory_region": "r"})).message.contains("'shared_memory_byte_size' is missing"));
+        let e = out(json!({"shared_memory_region": "not_registered", "shared_memory_byte_size": 4}));
+        assert_eq!(e.kind, ErrorKind::NotFound);
         assert!(err(json!({"inputs": [], "outputs": [{}]})).message.contains("Unable to parse 'name'"));
     }
 }

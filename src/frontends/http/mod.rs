@@ -7,6 +7,7 @@ mod error;
 mod handlers;
 mod infer;
 mod infer_json;
+mod shm;
 mod stats_json;
 mod tensor_json;
 
@@ -51,7 +52,17 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/v2/models/stats").get(handlers::all_stats).to(method_not_allowed))
         .service(web::resource("/v2/repository/index").post(handlers::repository_index).to(method_not_allowed))
         .service(web::resource("/v2/repository/models/{model}/load").post(handlers::load).to(method_not_allowed))
-        .service(web::resource("/v2/repository/models/{model}/unload").post(handlers::unload).to(method_not_allowed));
+        .service(web::resource("/v2/repository/models/{model}/unload").post(handlers::unload).to(method_not_allowed))
+        .service(web::resource("/v2/systemsharedmemory/status").get(shm::system_status_all).to(method_not_allowed))
+        .service(web::resource("/v2/systemsharedmemory/region/{name}/status").get(shm::system_status).to(method_not_allowed))
+        .service(web::resource("/v2/systemsharedmemory/region/{name}/register").post(shm::system_register).to(method_not_allowed))
+        .service(web::resource("/v2/systemsharedmemory/unregister").post(shm::system_unregister_all).to(method_not_allowed))
+        .service(web::resource("/v2/systemsharedmemory/region/{name}/unregister").post(shm::system_unregister).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/status").get(shm::cuda_status_all).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/region/{name}/status").get(shm::cuda_status).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/region/{name}/register").post(shm::cuda_unavailable).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/unregister").post(shm::cuda_unavailable).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/region/{name}/unregister").post(shm::cuda_unavailable).to(method_not_allowed));
     for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
         cfg.service(web::resource(prefix.to_string()).get(handlers::model_metadata).to(method_not_allowed))
             .service(web::resource(format!("{prefix}/ready")).get(handlers::model_ready).to(method_not_allowed))
