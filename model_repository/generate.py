@@ -205,6 +205,34 @@ def autocomplete_add():
     return model(g), check
 
 
+def accumulate():
+    """Triton's accumulator as a stateful model with implicit state: OUTPUT = INPUT on the first
+    request of a sequence (START = 1), else ACC_IN + INPUT; the running sum goes out as ACC_OUT
+    and the engine feeds it back as ACC_IN. INT32, dims [batch, 1]."""
+    shape = ["batch", 1]
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["START"], ["is_start"], to=TensorProto.BOOL),
+            helper.make_node("Add", ["ACC_IN", "INPUT"], ["sum"]),
+            helper.make_node("Where", ["is_start", "INPUT", "sum"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], ["ACC_OUT"]),
+        ],
+        "accumulate",
+        [vi("INPUT", TensorProto.INT32, shape), vi("START", TensorProto.INT32, shape), vi("ACC_IN", TensorProto.INT32, shape)],
+        [vi("OUTPUT", TensorProto.INT32, shape), vi("ACC_OUT", TensorProto.INT32, shape)],
+    )
+
+    def check(run):
+        x = np.array([[3], [4]], dtype=np.int32)
+        acc = np.array([[10], [10]], dtype=np.int32)
+        start = np.array([[1], [0]], dtype=np.int32)
+        out, acc_out = run({"INPUT": x, "START": start, "ACC_IN": acc})
+        np.testing.assert_array_equal(out, [[3], [14]])
+        np.testing.assert_array_equal(acc_out, out)
+
+    return model(g), check
+
+
 MODELS = {
     "add_sub": lambda: add_sub(batch=True),
     "add_sub_nobatch": lambda: add_sub(batch=False),
@@ -215,6 +243,8 @@ MODELS = {
     "classify": classify,
     "mlp": mlp,
     "autocomplete_add": autocomplete_add,
+    "accumulate": accumulate,
+    "accumulate_oldest": accumulate,
 }
 
 

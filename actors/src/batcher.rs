@@ -165,7 +165,7 @@ mod tests {
         let t = Tensor::new("IN", DataType::F32, vec![batch, width], Bytes::from(vec![0u8; (batch * width * 4) as usize]));
         let (reply, rx) = Reply::once();
         std::mem::forget(rx);
-        Pending { request: InferRequest::new("m", vec![t]), reply, enqueued: at, batch_size: batch as usize }
+        Pending { request: InferRequest::new("m", vec![t]), reply, enqueued: at, batch_size: batch as usize, sequence: None }
     }
 
     fn sizes(n: Next) -> Vec<usize> {

@@ -10,6 +10,8 @@ pub struct InstanceFigures {
     pub busy_ns: AtomicU64,
     pub executions: AtomicU64,
     pub restarts: AtomicU64,
+    /// Sequence slots of this instance held by a sequence (`direct` strategy).
+    pub seq_slots_used: AtomicU64,
 }
 
 /// A model version's actor figures.
@@ -23,6 +25,12 @@ pub struct ModelFigures {
     /// Executions (batches) dispatched and the items they held, for batch-size figures.
     pub batches_dispatched: AtomicU64,
     pub items_dispatched: AtomicU64,
+    /// The sequence actor: sequences holding a slot, sequences waiting for one, slots freed by
+    /// the idle timeout, and bytes of implicit state held.
+    pub seq_active: AtomicU64,
+    pub seq_backlog: AtomicU64,
+    pub seq_idle_releases: AtomicU64,
+    pub seq_state_bytes: AtomicU64,
 }
 
 impl ModelFigures {
@@ -33,6 +41,10 @@ impl ModelFigures {
             scheduler_mailbox: AtomicU64::new(0),
             batches_dispatched: AtomicU64::new(0),
             items_dispatched: AtomicU64::new(0),
+            seq_active: AtomicU64::new(0),
+            seq_backlog: AtomicU64::new(0),
+            seq_idle_releases: AtomicU64::new(0),
+            seq_state_bytes: AtomicU64::new(0),
         }
     }
 

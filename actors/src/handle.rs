@@ -91,7 +91,7 @@ impl ModelHandle {
         }
         let batch_size = request.batch_size(self.policy.batches());
         let received = request.received;
-        let pending = Pending { request, reply, enqueued: Instant::now(), batch_size };
+        let pending = Pending { request, reply, enqueued: Instant::now(), batch_size, sequence: None };
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.scheduler_mailbox.fetch_add(1, Relaxed);
         if self.scheduler.try_send(Enqueue(pending)).is_err() {

@@ -28,6 +28,8 @@ pub struct Pending {
     pub reply: Reply,
     pub enqueued: Instant,
     pub batch_size: usize,
+    /// For a request of a sequence model: where its implicit state goes.
+    pub sequence: Option<crate::sequence::SequenceTicket>,
 }
 
 impl Pending {
@@ -200,7 +202,11 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
     let answers: Vec<(Pending, Vec<crate::tensor::Tensor>)> = live
         .into_iter()
         .zip(per_request)
-        .map(|(p, outputs)| {
+        .map(|(p, mut outputs)| {
+            // The engine keeps a sequence's next state before anyone sees the answer.
+            if let Some(ticket) = &p.sequence {
+                ticket.absorb(&mut outputs);
+            }
             let outputs = if p.request.outputs.is_empty() {
                 outputs
             } else {

@@ -10,8 +10,10 @@ pub mod figures;
 pub mod handle;
 pub mod instance;
 pub mod policy;
+mod queue;
 pub mod request;
 pub mod scheduler;
+pub mod sequence;
 pub mod stats;
 pub mod supervisor;
 pub mod tensor;
@@ -20,7 +22,10 @@ pub mod validate;
 pub use backend::{Backend, BackendFactory, BatchInput, InstanceKind, InstanceSpec};
 pub use error::{Error, ErrorKind, Result};
 pub use handle::{Engine, ModelHandle};
-pub use policy::{DynamicBatchPolicy, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy, TimeoutAction};
+pub use policy::{
+    ControlKind, ControlSpec, DynamicBatchPolicy, InitialState, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy,
+    SequencePolicy, SequenceStrategy, StateSpec, TimeoutAction,
+};
 pub use request::{CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags};
 pub use stats::{ModelStats, StatsSnapshot};
 pub use tensor::{DataType, Tensor};

@@ -74,6 +74,71 @@ pub struct DynamicBatchPolicy {
     pub priority_queue_policy: Vec<(u64, QueuePolicy)>,
 }
 
+/// Which sequence flag or value a control input carries (`sequence_batching.control_input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlKind {
+    Start,
+    End,
+    Ready,
+    CorrId,
+}
+
+/// One control input the sequence actor adds to every request of a sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlSpec {
+    pub kind: ControlKind,
+    pub input: String,
+    pub datatype: DataType,
+    /// The element for false and for true (`int32_false_true`, …); empty for CORRID.
+    pub false_value: Vec<u8>,
+    pub true_value: Vec<u8>,
+}
+
+/// How a sequence's implicit state starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitialState {
+    Zero,
+    /// Raw little-endian contents (from `initial_state { data_file }`).
+    Data(bytes::Bytes),
+}
+
+/// One implicit state tensor (`sequence_batching.state`): fed as `input`, read back from
+/// `output` after each request, owned by the engine between requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateSpec {
+    pub input: String,
+    pub output: String,
+    pub datatype: DataType,
+    /// Without the batch dimension; fixed sizes.
+    pub dims: Vec<i64>,
+    pub initial: InitialState,
+}
+
+/// `sequence_batching`'s strategy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SequenceStrategy {
+    /// Each sequence keeps one slot of one instance for its whole life.
+    Direct,
+    /// Any free instance takes the oldest sequences that have a request ready.
+    Oldest { max_candidate_sequences: usize, preferred_batch_sizes: Vec<usize>, max_queue_delay: Duration },
+}
+
+/// `sequence_batching { ... }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequencePolicy {
+    pub strategy: SequenceStrategy,
+    /// A sequence with no request for this long gives its slot up.
+    pub max_idle: Duration,
+    pub controls: Vec<ControlSpec>,
+    pub states: Vec<StateSpec>,
+}
+
+impl SequencePolicy {
+    pub fn control(&self, kind: ControlKind) -> Option<&ControlSpec> {
+        self.controls.iter().find(|c| c.kind == kind)
+    }
+}
+
 /// Which scheduler fronts the instances.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SchedulerPolicy {
@@ -81,6 +146,8 @@ pub enum SchedulerPolicy {
     Direct,
     /// The batcher merges requests.
     Dynamic(DynamicBatchPolicy),
+    /// The sequence actor routes each correlation ID's requests and owns their state.
+    Sequence(SequencePolicy),
 }
 
 /// A model version, as the engine runs it.
@@ -113,5 +180,12 @@ impl ModelPolicy {
 
     pub fn output(&self, name: &str) -> Option<&IoSpec> {
         self.outputs.iter().find(|o| o.name == name)
+    }
+
+    pub fn sequence(&self) -> Option<&SequencePolicy> {
+        match &self.scheduler {
+            SchedulerPolicy::Sequence(s) => Some(s),
+            _ => None,
+        }
     }
 }

@@ -9,7 +9,8 @@ use std::time::Instant;
 use actix::{Actor, AsyncContext, Context, Handler, Message, SpawnHandle};
 use tokio::sync::oneshot;
 
-use crate::batcher::{Batcher, Next};
+use crate::batcher::Next;
+use crate::queue::Queue;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::instance::{InstanceMsg, Pending};
@@ -26,7 +27,7 @@ pub struct Scheduler {
     policy: Arc<ModelPolicy>,
     stats: Arc<ModelStats>,
     figures: Arc<ModelFigures>,
-    batcher: Batcher,
+    batcher: Queue,
     slots: Vec<Slot>,
     wake: Option<(Instant, SpawnHandle)>,
     drained: Vec<oneshot::Sender<()>>,
@@ -36,7 +37,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub(crate) fn new(policy: Arc<ModelPolicy>, stats: Arc<ModelStats>, figures: Arc<ModelFigures>) -> Self {
         let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0, busy: false }).collect();
-        Scheduler { batcher: Batcher::new(&policy), policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
+        Scheduler { batcher: Queue::new(&policy, figures.clone()), policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
     }
 
     fn has_live_instance(&self) -> bool {
@@ -49,10 +50,22 @@ impl Scheduler {
             p.fail(&self.stats, Error::cancelled("the client cancelled the request"));
         }
         loop {
-            let Some(idx) = self.slots.iter().position(|s| s.mailbox.is_some() && !s.busy) else { break };
-            match self.batcher.next(Instant::now()) {
-                Next::Empty => break,
-                Next::WaitUntil(at) => {
+            let now = Instant::now();
+            let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
+            let mut wait: Option<Instant> = None;
+            let mut found = None;
+            for idx in free {
+                match self.batcher.next(idx, now) {
+                    Next::Empty => continue,
+                    Next::WaitUntil(at) => wait = Some(wait.map_or(at, |w: Instant| w.min(at))),
+                    Next::Batch(batch) => {
+                        found = Some((idx, batch));
+                        break;
+                    }
+                }
+            }
+            let Some((idx, batch)) = found else {
+                if let Some(at) = wait {
                     if self.wake.as_ref().is_none_or(|(t, _)| *t != at) {
                         if let Some((_, h)) = self.wake.take() {
                             ctx.cancel_future(h);
@@ -64,29 +77,28 @@ impl Scheduler {
                         });
                         self.wake = Some((at, h));
                     }
-                    break;
                 }
-                Next::Batch(batch) => {
-                    let items: usize = batch.iter().map(|p| p.batch_size).sum();
-                    self.figures.batches_dispatched.fetch_add(1, Relaxed);
-                    self.figures.items_dispatched.fetch_add(items as u64, Relaxed);
-                    let slot = &mut self.slots[idx];
-                    let mailbox = slot.mailbox.as_ref().expect("live slot");
-                    match mailbox.try_send(InstanceMsg::Execute(batch)) {
-                        Ok(()) => slot.busy = true,
-                        Err(TrySendError::Full(InstanceMsg::Execute(batch)))
-                        | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
-                            // The instance died between messages; its requests must not be lost.
-                            slot.mailbox = None;
-                            for p in batch.into_iter().rev() {
-                                let _ = self.batcher.push(p).map_err(|p| {
-                                    p.fail(&self.stats, Error::unavailable("instance lost and the queue is full"))
-                                });
-                            }
+                break;
+            };
+            let items: usize = batch.iter().map(|p| p.batch_size).sum();
+            self.figures.batches_dispatched.fetch_add(1, Relaxed);
+            self.figures.items_dispatched.fetch_add(items as u64, Relaxed);
+            let slot = &mut self.slots[idx];
+            let mailbox = slot.mailbox.as_ref().expect("live slot");
+            match mailbox.try_send(InstanceMsg::Execute(batch)) {
+                Ok(()) => slot.busy = true,
+                Err(TrySendError::Full(InstanceMsg::Execute(batch)))
+                | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
+                    // The instance died between messages; its requests must not be lost.
+                    slot.mailbox = None;
+                    self.batcher.instance_down(idx);
+                    for p in batch.into_iter().rev() {
+                        if let Err((p, e)) = self.batcher.requeue(p) {
+                            p.fail(&self.stats, e);
                         }
-                        Err(_) => unreachable!("only Execute is sent here"),
                     }
                 }
+                Err(_) => unreachable!("only Execute is sent here"),
             }
         }
         self.figures.queue_len.store(self.batcher.len() as u64, Relaxed);
@@ -113,6 +125,16 @@ impl Actor for Scheduler {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.policy.queue_capacity);
+        if let Some(seq) = self.policy.sequence() {
+            if !seq.max_idle.is_zero() {
+                // Idle sequences give their slots up within a tenth of the idle timeout.
+                let every = (seq.max_idle / 10).clamp(std::time::Duration::from_millis(5), std::time::Duration::from_millis(100));
+                ctx.run_interval(every, |act, ctx| {
+                    act.batcher.expire_idle(Instant::now());
+                    act.pump(ctx);
+                });
+            }
+        }
     }
 }
 
@@ -129,8 +151,8 @@ impl Handler<Enqueue> for Scheduler {
             let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
             return p.fail(&self.stats, e);
         }
-        if let Err(p) = self.batcher.push(p) {
-            return p.fail(&self.stats, Error::unavailable("Exceeds maximum queue size"));
+        if let Err((p, e)) = self.batcher.push(p) {
+            return p.fail(&self.stats, e);
         }
         self.pump(ctx);
     }
@@ -150,6 +172,9 @@ impl Handler<InstanceIdle> for Scheduler {
         if let Some(s) = self.slots.get_mut(m.index) {
             if s.generation == m.generation {
                 s.busy = false;
+                for (p, e) in self.batcher.finished(m.index, Instant::now()) {
+                    p.fail(&self.stats, e);
+                }
             }
         }
         self.pump(ctx);
@@ -194,6 +219,7 @@ impl Handler<InstanceDown> for Scheduler {
         if s.generation == m.generation {
             s.mailbox = None;
             s.busy = false;
+            self.batcher.instance_down(m.index);
         }
         if !self.has_live_instance() && m.permanent {
             for p in self.batcher.drain_all() {

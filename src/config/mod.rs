@@ -7,6 +7,7 @@
 mod json;
 mod normalize;
 mod policy;
+mod sequence;
 mod text;
 mod validate;
 

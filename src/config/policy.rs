@@ -51,7 +51,7 @@ fn instances(config: &ModelConfig) -> Vec<InstanceSpec> {
 }
 
 /// The engine policy of one version of a normalized, validated config.
-pub fn to_policy(config: &ModelConfig, version: i64) -> Result<ModelPolicy> {
+pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::path::Path>) -> Result<ModelPolicy> {
     let scheduler = match &config.scheduling_choice {
         None => SchedulerPolicy::Direct,
         Some(SchedulingChoice::DynamicBatching(db)) => SchedulerPolicy::Dynamic(DynamicBatchPolicy {
@@ -67,11 +67,8 @@ pub fn to_policy(config: &ModelConfig, version: i64) -> Result<ModelPolicy> {
                 levels
             },
         }),
-        Some(SchedulingChoice::SequenceBatching(_)) => {
-            return Err(Error::unsupported(format!(
-                "model '{}': sequence_batching is not supported by this Tritium build yet",
-                config.name
-            )))
+        Some(SchedulingChoice::SequenceBatching(sb)) => {
+            SchedulerPolicy::Sequence(super::sequence::sequence_policy(&config.name, sb, model_dir)?)
         }
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
             return Err(Error::unsupported(format!(
@@ -128,7 +125,7 @@ mod tests {
     fn policy(json: &str) -> ModelPolicy {
         let mut config = from_json(json).unwrap();
         normalize(&mut config, 0);
-        to_policy(&config, 3).unwrap()
+        to_policy(&config, 3, None).unwrap()
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub fn prepare(dir: &ModelDir, override_json: Option<&str>, strict: bool, env: &
     let versions = versions
         .into_iter()
         .map(|v| {
-            let policy = config::to_policy(&config, v)?;
+            let policy = config::to_policy(&config, v, Some(&dir.path))?;
             let factory = backends::factory(&config, &dir.path, v, env)?;
             Ok((policy, factory))
         })

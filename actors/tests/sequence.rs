@@ -1,0 +1,206 @@
+//! The sequence actor end to end: implicit state owned by the engine, slots and backlog, idle
+//! release, and a panicking instance that loses no conversation.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tritium_actors::*;
+
+/// OUT = (START ? 0 : ACC_IN) + IN, ACC_OUT = OUT, per batch element; panics once when an
+/// input is 666 (the fault injection), and counts that panic in `panicked`.
+struct Accumulate {
+    panicked: Arc<AtomicBool>,
+}
+
+fn i32s(t: &Tensor) -> Vec<i32> {
+    t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn tensor(name: &str, shape: Vec<i64>, v: &[i32]) -> Tensor {
+    Tensor::new(name, DataType::I32, shape, Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()))
+}
+
+impl Backend for Accumulate {
+    fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        let get = |n: &str| batch.inputs.iter().find(|t| t.name == n).map(i32s).expect(n);
+        let (x, start, acc) = (get("IN"), get("START"), get("ACC_IN"));
+        if x.contains(&666) && !self.panicked.swap(true, Ordering::SeqCst) {
+            panic!("injected fault");
+        }
+        let out: Vec<i32> = x.iter().zip(&start).zip(&acc).map(|((x, s), a)| if *s == 1 { *x } else { a + x }).collect();
+        let shape = vec![out.len() as i64, 1];
+        Ok(vec![tensor("OUT", shape.clone(), &out), tensor("ACC_OUT", shape, &out)])
+    }
+}
+
+fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: Duration) -> ModelPolicy {
+    ModelPolicy {
+        name: "acc".into(),
+        version: 1,
+        max_batch_size: max_batch,
+        inputs: vec![IoSpec::new("IN", DataType::I32, vec![1])],
+        outputs: vec![IoSpec::new("OUT", DataType::I32, vec![1])],
+        instances: (0..instances)
+            .map(|i| InstanceSpec { name: format!("acc_0_{i}"), index: i, kind: InstanceKind::Cpu, device: None })
+            .collect(),
+        scheduler: SchedulerPolicy::Sequence(SequencePolicy {
+            strategy,
+            max_idle: idle,
+            controls: vec![ControlSpec {
+                kind: ControlKind::Start,
+                input: "START".into(),
+                datatype: DataType::I32,
+                false_value: 0i32.to_le_bytes().to_vec(),
+                true_value: 1i32.to_le_bytes().to_vec(),
+            }],
+            states: vec![StateSpec {
+                input: "ACC_IN".into(),
+                output: "ACC_OUT".into(),
+                datatype: DataType::I32,
+                dims: vec![1],
+                initial: InitialState::Zero,
+            }],
+        }),
+        decoupled: false,
+        queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
+    }
+}
+
+async fn load(policy: ModelPolicy) -> (ModelHandle, Arc<AtomicBool>) {
+    let panicked = Arc::new(AtomicBool::new(false));
+    let p = panicked.clone();
+    let factory: Arc<dyn BackendFactory> =
+        Arc::new(move |_: &InstanceSpec| -> Result<Box<dyn Backend>> { Ok(Box::new(Accumulate { panicked: p.clone() }) as Box<dyn Backend>) });
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), policy, factory).await.unwrap();
+    std::mem::forget(engine); // the arbiter lives for the test
+    (model, panicked)
+}
+
+fn req(id: CorrelationId, v: i32, start: bool, end: bool) -> InferRequest {
+    let mut r = InferRequest::new("acc", vec![tensor("IN", vec![1, 1], &[v])]);
+    r.sequence = Some(SequenceFlags { id, start, end });
+    r
+}
+
+async fn send(model: &ModelHandle, id: u64, v: i32, start: bool, end: bool) -> Result<i32> {
+    let r = model.infer(req(CorrelationId::U64(id), v, start, end)).await?;
+    assert_eq!(r.outputs.len(), 1, "the state output is not returned to the client");
+    Ok(i32s(&r.outputs[0])[0])
+}
+
+#[actix_rt::test]
+async fn state_is_per_sequence_and_resets_at_start() {
+    let (model, _) = load(policy(1, 4, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    assert_eq!(send(&model, 1, 5, true, false).await.unwrap(), 5);
+    assert_eq!(send(&model, 2, 100, true, false).await.unwrap(), 100);
+    assert_eq!(send(&model, 1, 2, false, false).await.unwrap(), 7);
+    assert_eq!(send(&model, 2, 1, false, false).await.unwrap(), 101);
+    assert_eq!(send(&model, 1, 1, true, false).await.unwrap(), 1, "START resets the state");
+    assert_eq!(send(&model, 1, 1, false, true).await.unwrap(), 2);
+    let e = send(&model, 1, 1, false, false).await.unwrap_err();
+    assert!(e.message.contains("must specify the START flag"), "{e}");
+    assert!(model.figures.seq_state_bytes.load(Ordering::Relaxed) > 0, "sequence 2 still holds state");
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn string_ids_and_missing_ids() {
+    let (model, _) = load(policy(1, 1, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    let id = CorrelationId::Str("chat-7".into());
+    let r = model.infer(req(id.clone(), 3, true, false)).await.unwrap();
+    assert_eq!(i32s(&r.outputs[0]), vec![3]);
+    let r = model.infer(req(id, 4, false, true)).await.unwrap();
+    assert_eq!(i32s(&r.outputs[0]), vec![7]);
+    let mut no_id = req(CorrelationId::U64(0), 1, true, false);
+    no_id.sequence = None;
+    let e = model.infer(no_id).await.unwrap_err();
+    assert!(e.message.contains("must specify a non-zero or non-empty correlation ID"), "{e}");
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_full_set_of_slots_backlogs_new_sequences_in_order() {
+    // One instance, one slot: sequence 2 waits until sequence 1 ends, then 3 after 2.
+    let (model, _) = load(policy(1, 1, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    assert_eq!(send(&model, 1, 1, true, false).await.unwrap(), 1);
+    let m = Arc::new(model);
+    let (m2, m3) = (m.clone(), m.clone());
+    let second = tokio::spawn(async move { send(&m2, 2, 10, true, true).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let third = tokio::spawn(async move { send(&m3, 3, 20, true, true).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!second.is_finished() && !third.is_finished(), "both wait for the slot");
+    assert_eq!(m.figures.seq_backlog.load(Ordering::Relaxed), 2);
+    assert_eq!(send(&m, 1, 1, false, true).await.unwrap(), 2);
+    assert_eq!(second.await.unwrap().unwrap(), 10);
+    assert_eq!(third.await.unwrap().unwrap(), 20);
+    assert_eq!(m.figures.seq_backlog.load(Ordering::Relaxed), 0);
+}
+
+#[actix_rt::test]
+async fn an_idle_sequence_gives_its_slot_up() {
+    let (model, _) = load(policy(1, 1, SequenceStrategy::Direct, Duration::from_millis(50))).await;
+    assert_eq!(send(&model, 1, 1, true, false).await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(model.figures.seq_idle_releases.load(Ordering::Relaxed), 1);
+    assert_eq!(model.figures.seq_active.load(Ordering::Relaxed), 0);
+    let e = send(&model, 1, 1, false, false).await.unwrap_err();
+    assert!(e.message.contains("must specify the START flag"), "{e}");
+    // The freed slot serves a new sequence at once.
+    assert_eq!(send(&model, 2, 4, true, true).await.unwrap(), 4);
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn oldest_batches_several_sequences_into_one_execution() {
+    let strategy = SequenceStrategy::Oldest {
+        max_candidate_sequences: 64,
+        preferred_batch_sizes: vec![8],
+        max_queue_delay: Duration::from_millis(20),
+    };
+    let (model, _) = load(policy(1, 8, strategy, Duration::from_secs(5))).await;
+    let model = Arc::new(model);
+    let mut tasks = Vec::new();
+    for id in 1..=16u64 {
+        let m = model.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for step in 0..5 {
+                last = send(&m, id, id as i32, step == 0, step == 4).await.unwrap();
+            }
+            last
+        }));
+    }
+    for (k, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap(), 5 * (k as i32 + 1), "no cross-talk between sequences");
+    }
+    let s = model.stats.snapshot();
+    assert_eq!(s.inference_count, 80);
+    assert!(s.execution_count < s.inference_count / 2, "executions {} for {} inferences", s.execution_count, s.inference_count);
+}
+
+#[actix_rt::test]
+async fn a_panicking_instance_loses_no_conversation() {
+    let (model, panicked) = load(policy(1, 2, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    assert_eq!(send(&model, 1, 10, true, false).await.unwrap(), 10);
+    assert_eq!(send(&model, 2, 1, true, false).await.unwrap(), 1);
+    // The fault: this request's execution panics; it gets an error, not silence, and once.
+    let e = send(&model, 1, 666, false, false).await.unwrap_err();
+    assert!(e.message.contains("panicked"), "{e}");
+    assert!(panicked.load(Ordering::SeqCst));
+    // The supervisor restarts the instance; both sequences go on from their last state.
+    for _ in 0..100 {
+        if model.figures.instance(0).restarts.load(Ordering::Relaxed) == 1 && model.figures.live_instances() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(send(&model, 1, 5, false, false).await.unwrap(), 15, "sequence 1 kept its state across the crash");
+    assert_eq!(send(&model, 2, 2, false, true).await.unwrap(), 3, "sequence 2 too");
+    // The retried request now runs (the fault was injected once).
+    assert_eq!(send(&model, 1, 666, false, true).await.unwrap(), 681);
+    model.unload().await;
+}
