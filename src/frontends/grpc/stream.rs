@@ -49,38 +49,55 @@ pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) ->
                     break;
                 }
             };
-            let (server, out) = (server.clone(), out_tx.clone());
-            tokio::spawn(async move {
-                run_one(&server, request, &out).await;
-                drop(permit);
-            });
+            // Submitted here, in arrival order, so a sequence's requests reach the engine in the
+            // order the client sent them; the answers are awaited concurrently.
+            if let Some(running) = submit(&server, request, &out_tx).await {
+                let out = out_tx.clone();
+                tokio::spawn(async move {
+                    forward(running, &out).await;
+                    drop(permit);
+                });
+            }
         }
     });
     Box::pin(futures::stream::unfold(out_rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }))
 }
 
-async fn run_one(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) {
+/// A submitted request whose answers are still to come.
+struct Running {
+    rx: mpsc::UnboundedReceiver<tritium_actors::Result<tritium_actors::InferResponse>>,
+    model: Arc<crate::server::LoadedModel>,
+    requested: Vec<tritium_actors::RequestedOutput>,
+    shm_outputs: std::collections::HashMap<String, crate::shm::Placement>,
+    empty_final: bool,
+}
+
+/// Decodes and queues one request; a request that fails here is answered on the stream.
+async fn submit(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) -> Option<Running> {
     let Decoded { request, shm_outputs } = match decode(request) {
         Ok(d) => d,
         Err(e) => {
             let _ = out.send(Ok(error_response(e.message))).await;
-            return;
+            return None;
         }
     };
     let empty_final = matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
     let requested = request.outputs.clone();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let model = match server.submit(request, Reply::Stream(tx)) {
-        Ok(m) => m,
+    let (tx, rx) = mpsc::unbounded_channel();
+    match server.submit(request, Reply::Stream(tx)) {
+        Ok(model) => Some(Running { rx, model, requested, shm_outputs, empty_final }),
         Err(e) => {
             let _ = out.send(Ok(error_response(e.message))).await;
-            return;
+            None
         }
-    };
-    let decoupled = model.handle.policy.decoupled;
+    }
+}
+
+async fn forward(mut running: Running, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) {
+    let decoupled = running.model.handle.policy.decoupled;
     loop {
         let item = tokio::select! {
-            item = rx.recv() => item,
+            item = running.rx.recv() => item,
             // The client went away: dropping `rx` tells the engine nobody reads this request.
             _ = out.closed() => return,
         };
@@ -93,11 +110,11 @@ async fn run_one(server: &Server, request: ModelInferRequest, out: &mpsc::Sender
             Some(Ok(response)) => response,
         };
         let is_final = answer.is_final || !decoupled;
-        if decoupled && is_final && answer.outputs.is_empty() && !empty_final {
+        if decoupled && is_final && answer.outputs.is_empty() && !running.empty_final {
             return;
         }
         let flag = decoupled.then_some(("triton_final_response", ParamValue::Bool(is_final)));
-        let message = match encode(&answer, &requested, &shm_outputs, &model, flag) {
+        let message = match encode(&answer, &running.requested, &running.shm_outputs, &running.model, flag) {
             Ok(r) => ModelStreamInferResponse { error_message: String::new(), infer_response: Some(r) },
             Err(e) => error_response(e.message),
         };
