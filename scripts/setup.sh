@@ -4,7 +4,8 @@
 #     tritonclient, pytest, requests);
 #   - the ONNX Runtime shared library that the `ort` crate loads, which onnxruntime's wheel carries
 #     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;
-#   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones).
+#   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones,
+#     model_repository/fetch_models.py fetches the real ones, e.g. Silero VAD, from PyPI).
 # Idempotent and quiet: when everything is in place it only checks, in well under a second.
 # PYTHON picks the interpreter (default python3.11).
 set -euo pipefail
@@ -35,3 +36,4 @@ fi
 [ -f "$LIB" ] || { echo "setup.sh: $LIB is still missing after installing onnxruntime==$ORT_VERSION" >&2; exit 1; }
 
 "$VENV/bin/python" "$REPO/model_repository/generate.py"
+"$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
