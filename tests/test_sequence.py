@@ -114,7 +114,8 @@ def acc_repo(repo_copy):
     (repo / "acc_one" / "1" / "model.onnx").write_bytes((repo / "accumulate" / "1" / "model.onnx").read_bytes())
     (repo / "acc_one" / "config.pbtxt").write_text(
         IDLE_CONFIG.replace('"acc_idle"', '"acc_one"').replace("max_batch_size: 4", "max_batch_size: 1")
-        .replace("300000", "10000000"))
+        .replace("300000", "10000000")
+        + 'parameters { key: "max_sequence_backlog" value: { string_value: "2" } }\n')
     return repo
 
 
@@ -148,6 +149,12 @@ def test_backlog_starts_sequences_in_order_as_slots_free(start_server, acc_repo)
     t3.start()
     time.sleep(0.4)
     assert not done, "sequences 2 and 3 wait for the only slot"
+    # The backlog (max_sequence_backlog 2) is full: a fourth sequence is refused at once.
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as info:
+        step(c, "acc_one", 4, 1, start=True, end=True)
+    assert info.value.status() == "503" and "backlog is full" in info.value.message()
+    assert time.monotonic() - started < 1
     assert step(c, "acc_one", 1, 1, end=True) == 2
     t2.join(10)
     t3.join(10)

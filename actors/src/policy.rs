@@ -131,6 +131,8 @@ pub struct SequencePolicy {
     pub max_idle: Duration,
     pub controls: Vec<ControlSpec>,
     pub states: Vec<StateSpec>,
+    /// Sequences that may wait for a slot; a new sequence beyond it is refused at once.
+    pub max_backlog: usize,
 }
 
 impl SequencePolicy {

@@ -210,9 +210,18 @@ impl SequenceBatcher {
         } else {
             let order = self.next_order;
             self.next_order += 1;
-            let seq = Sequence { queue: VecDeque::from([p]), in_flight: None, slot: None, ending: false, last_active: now, order };
+            let mut seq = Sequence { queue: VecDeque::from([p]), in_flight: None, slot: None, ending: false, last_active: now, order };
             match self.free_slot() {
                 Some(slot) => self.activate(id, seq, slot),
+                None if self.backlog.len() >= self.policy.max_backlog => {
+                    let p = seq.queue.pop_front().expect("the new sequence's request");
+                    let e = Error::unavailable(format!(
+                        "model '{}' has no free sequence slot and its backlog is full ({} sequences waiting)",
+                        self.model,
+                        self.backlog.len()
+                    ));
+                    return Err((p, e));
+                }
                 None => self.backlog.push_back((id, seq)),
             }
         }

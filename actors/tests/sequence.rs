@@ -62,6 +62,7 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
                 dims: vec![1],
                 initial: InitialState::Zero,
             }],
+            max_backlog: 2,
         }),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
@@ -134,6 +135,10 @@ async fn a_full_set_of_slots_backlogs_new_sequences_in_order() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!second.is_finished() && !third.is_finished(), "both wait for the slot");
     assert_eq!(m.figures.seq_backlog.load(Ordering::Relaxed), 2);
+    // The backlog holds two sequences: a third new one is refused at once.
+    let e = send(&m, 4, 1, true, true).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert!(e.message.contains("backlog is full"), "{e}");
     assert_eq!(send(&m, 1, 1, false, true).await.unwrap(), 2);
     assert_eq!(second.await.unwrap().unwrap(), 10);
     assert_eq!(third.await.unwrap().unwrap(), 20);

@@ -68,7 +68,7 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
             },
         }),
         Some(SchedulingChoice::SequenceBatching(sb)) => {
-            SchedulerPolicy::Sequence(super::sequence::sequence_policy(&config.name, sb, model_dir)?)
+            SchedulerPolicy::Sequence(super::sequence::sequence_policy(&config.name, sb, &config.parameters, model_dir)?)
         }
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
             return Err(Error::unsupported(format!(

@@ -48,7 +48,14 @@ fn control_spec(model: &str, input: &str, c: &crate::proto::inference::model_seq
     Ok(ControlSpec { kind, input: input.to_string(), datatype, false_value: f, true_value: t })
 }
 
-pub fn sequence_policy(model: &str, sb: &ModelSequenceBatching, model_dir: Option<&Path>) -> Result<SequencePolicy> {
+/// `parameters` may set `max_sequence_backlog` (Tritium's own): how many new sequences may wait
+/// for a slot before one more is refused as unavailable.
+pub fn sequence_policy(
+    model: &str,
+    sb: &ModelSequenceBatching,
+    parameters: &std::collections::HashMap<String, crate::proto::inference::ModelParameter>,
+    model_dir: Option<&Path>,
+) -> Result<SequencePolicy> {
     let strategy = match &sb.strategy_choice {
         None | Some(StrategyChoice::Direct(_)) => SequenceStrategy::Direct,
         Some(StrategyChoice::Oldest(o)) => SequenceStrategy::Oldest {
@@ -87,8 +94,17 @@ pub fn sequence_policy(model: &str, sb: &ModelSequenceBatching, model_dir: Optio
         };
         states.push(StateSpec { input: s.input_name.clone(), output: s.output_name.clone(), datatype, dims, initial });
     }
+    let max_backlog = match parameters.get("max_sequence_backlog") {
+        None => tritium_actors::policy::DEFAULT_QUEUE_CAPACITY,
+        Some(p) => p.string_value.trim().parse::<usize>().map_err(|_| {
+            Error::invalid(format!(
+                "model '{model}': parameter 'max_sequence_backlog' must be a non-negative integer, got '{}'",
+                p.string_value
+            ))
+        })?,
+    };
     let idle = if sb.max_sequence_idle_microseconds == 0 { DEFAULT_MAX_IDLE_US } else { sb.max_sequence_idle_microseconds };
-    Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states })
+    Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states, max_backlog })
 }
 
 #[cfg(test)]
@@ -100,7 +116,7 @@ mod tests {
     fn seq(json: &str) -> Result<SequencePolicy> {
         let config = from_json(json).unwrap();
         let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else { panic!("no sequence_batching") };
-        sequence_policy("m", sb, None)
+        sequence_policy("m", sb, &config.parameters, None)
     }
 
     #[test]
