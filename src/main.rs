@@ -4,6 +4,7 @@
 mod backends;
 mod cli;
 mod config;
+mod ensemble;
 mod frontends;
 mod metrics;
 mod proto;

@@ -69,6 +69,8 @@ pub struct LoadedModel {
     pub config: ModelConfig,
     /// Output name → the lines of its `label_filename`, for the classification extension.
     pub labels: HashMap<String, Vec<String>>,
+    /// For an ensemble: the models its steps run (name, version; `None` = latest).
+    pub composing: Vec<(String, Option<i64>)>,
 }
 
 impl LoadedModel {
@@ -121,8 +123,14 @@ impl Server {
         self.repository.router().get(name, version)
     }
 
+    /// Ready when its instances live and, for an ensemble, every composing model is ready.
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
-        self.model(name, version).map(|m| m.handle.is_ready()).unwrap_or(false)
+        self.model_ready_within(name, version, 0)
+    }
+
+    fn model_ready_within(&self, name: &str, version: Option<i64>, depth: usize) -> bool {
+        let Ok(m) = self.model(name, version) else { return false };
+        m.handle.is_ready() && depth < 8 && m.composing.iter().all(|(n, v)| self.model_ready_within(n, *v, depth + 1))
     }
 
     pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata> {

@@ -2,7 +2,7 @@
 //! model; it knows nothing of queues, batching or sequences.
 
 use crate::error::Result;
-use crate::request::InferResponse;
+use crate::request::{InferRequest, InferResponse};
 use crate::tensor::Tensor;
 
 /// Where and how an instance runs, from `instance_group`.
@@ -33,6 +33,9 @@ pub struct BatchInput<'a> {
     pub outputs: &'a [String],
     /// Total batch size (sum of the requests' first dims; 1 for non-batching models).
     pub batch_size: usize,
+    /// The request itself when the batch holds exactly one (its id, parameters and sequence
+    /// flags, for backends that pass them on, such as ensembles).
+    pub request: Option<&'a InferRequest>,
 }
 
 /// One loaded copy of a model. Runs on the instance's own thread, one batch at a time.

@@ -161,7 +161,9 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         }
     };
     let input_end = Instant::now();
-    let input = BatchInput { inputs: &merged, outputs: &wanted, batch_size: total };
+    // A cheap clone (tensor data is shared): the batch's requests move on to their answers.
+    let single = (live.len() == 1).then(|| live[0].request.clone());
+    let input = BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single.as_ref() };
 
     if policy.decoupled {
         return execute_decoupled(env, backend, live, input, compute_start, input_end);

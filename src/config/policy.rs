@@ -70,12 +70,8 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
         Some(SchedulingChoice::SequenceBatching(sb)) => {
             SchedulerPolicy::Sequence(super::sequence::sequence_policy(&config.name, sb, &config.parameters, model_dir)?)
         }
-        Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            return Err(Error::unsupported(format!(
-                "model '{}': ensemble_scheduling is not supported by this Tritium build yet",
-                config.name
-            )))
-        }
+        // The ensemble actor takes each request alone; its steps batch in their own models.
+        Some(SchedulingChoice::EnsembleScheduling(_)) => SchedulerPolicy::Direct,
     };
     let io = |name: &str, data_type: i32, dims: &[i64], reshape: Option<&[i64]>| -> Result<IoSpec> {
         let datatype = engine_data_type(data_type)
@@ -110,7 +106,13 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
         max_batch_size: config.max_batch_size.max(0) as usize,
         inputs,
         outputs,
-        instances: instances(config),
+        instances: if crate::ensemble::is_ensemble(config) {
+            (0..crate::ensemble::ENSEMBLE_CONCURRENCY)
+                .map(|i| InstanceSpec { name: format!("{}_ensemble_{i}", config.name), index: i, kind: InstanceKind::Cpu, device: None })
+                .collect()
+        } else {
+            instances(config)
+        },
         scheduler,
         decoupled: config.model_transaction_policy.as_ref().is_some_and(|t| t.decoupled),
         queue_capacity: DEFAULT_QUEUE_CAPACITY,

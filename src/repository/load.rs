@@ -17,6 +17,8 @@ pub struct Prepared {
     pub config: ModelConfig,
     pub versions: Vec<(ModelPolicy, Arc<dyn BackendFactory>)>,
     pub labels: HashMap<String, Vec<String>>,
+    /// An ensemble's checked graph (its models are checked once they are loaded).
+    pub graph: Option<crate::ensemble::Graph>,
 }
 
 fn read_config(dir: &ModelDir, override_json: Option<&str>, strict: bool) -> Result<ModelConfig> {
@@ -62,7 +64,13 @@ fn read_labels(model_dir: &Path, config: &ModelConfig) -> Result<HashMap<String,
 
 /// Reads, completes and validates a model's config, and builds each version's policy and
 /// backend factory.
-pub fn prepare(dir: &ModelDir, override_json: Option<&str>, strict: bool, env: &BackendEnv) -> Result<Prepared> {
+pub fn prepare(
+    dir: &ModelDir,
+    override_json: Option<&str>,
+    strict: bool,
+    env: &BackendEnv,
+    router: Arc<super::Router>,
+) -> Result<Prepared> {
     let mut config = read_config(dir, override_json, strict)?;
     if config.name.is_empty() {
         config.name = dir.name.clone();
@@ -83,13 +91,17 @@ pub fn prepare(dir: &ModelDir, override_json: Option<&str>, strict: bool, env: &
     config::normalize(&mut config, 0);
     config::validate(&config)?;
     let labels = read_labels(&dir.path, &config)?;
+    let graph = if crate::ensemble::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };
     let versions = versions
         .into_iter()
         .map(|v| {
             let policy = config::to_policy(&config, v, Some(&dir.path))?;
-            let factory = backends::factory(&config, &dir.path, v, env)?;
+            let factory: Arc<dyn BackendFactory> = match &graph {
+                Some(g) => Arc::new(crate::ensemble::EnsembleFactory::new(g.clone(), router.clone())),
+                None => backends::factory(&config, &dir.path, v, env)?,
+            };
             Ok((policy, factory))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Prepared { config, versions, labels })
+    Ok(Prepared { config, versions, labels, graph })
 }

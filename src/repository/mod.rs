@@ -67,7 +67,7 @@ pub struct RepositoryOptions {
 pub struct RepositoryManager {
     opts: RepositoryOptions,
     engine: ArbiterHandle,
-    router: Router,
+    router: Arc<Router>,
     records: Mutex<BTreeMap<String, Record>>,
     /// Serializes load and unload of one model.
     locks: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
@@ -79,7 +79,7 @@ impl RepositoryManager {
         RepositoryManager {
             opts,
             engine,
-            router: Router::default(),
+            router: Arc::new(Router::default()),
             records: Mutex::new(BTreeMap::new()),
             locks: DashMap::new(),
             startup_done: AtomicBool::new(false),
@@ -217,9 +217,19 @@ impl RepositoryManager {
         });
         let strict = self.opts.strict_config;
         let env = self.opts.backend_env.clone();
-        let prepared = tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env))
+        let router = self.router.clone();
+        let prepared = tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env, router))
             .await
             .map_err(|e| Error::internal(format!("loading model '{name}' panicked: {e}")))??;
+        let composing = match &prepared.graph {
+            Some(graph) => {
+                self.load_composing(graph).await?;
+                let router = self.router.clone();
+                graph.check_models(|m, v| router.get(m, v).map(|l| l.handle.policy.clone()))?;
+                graph.composing()
+            }
+            None => Vec::new(),
+        };
         let mut started: Vec<(i64, Arc<LoadedModel>)> = Vec::new();
         for (policy, factory) in prepared.versions {
             let version = policy.version;
@@ -229,7 +239,12 @@ impl RepositoryManager {
             match ModelHandle::load(&self.engine, policy, factory).await {
                 Ok(handle) => started.push((
                     version,
-                    Arc::new(LoadedModel { handle, config: prepared.config.clone(), labels: prepared.labels.clone() }),
+                    Arc::new(LoadedModel {
+                        handle,
+                        config: prepared.config.clone(),
+                        labels: prepared.labels.clone(),
+                        composing: composing.clone(),
+                    }),
                 )),
                 Err(e) => {
                     for (_, m) in &started {
@@ -261,6 +276,35 @@ impl RepositoryManager {
         // The replaced handles finish what they hold, then stop.
         for (_, m) in old {
             m.handle.unload().await;
+        }
+        Ok(())
+    }
+
+    /// Loads the composing models of an ensemble that are not loaded yet (as Triton does). A
+    /// composing model that is itself an ensemble must be loaded first.
+    async fn load_composing(&self, graph: &crate::ensemble::Graph) -> Result<()> {
+        for (model, version) in graph.composing() {
+            if self.router.get(&model, version).is_ok() {
+                continue;
+            }
+            // A load of it may be running (at startup every model loads at once): wait for it.
+            drop(self.lock_for(&model).lock().await);
+            if self.router.get(&model, version).is_ok() {
+                continue;
+            }
+            let (found, _) = scan(&self.opts.repositories);
+            if let Some(dir) = found.get(&model) {
+                let text = std::fs::read_to_string(dir.path.join("config.pbtxt")).unwrap_or_default();
+                if text.contains("ensemble_scheduling") {
+                    return Err(Error::invalid(format!(
+                        "ensemble '{}': composing model '{model}' is an ensemble that is not loaded; load it first",
+                        graph.name
+                    )));
+                }
+            }
+            Box::pin(self.load(&model, None)).await.map_err(|e| {
+                Error::new(e.kind, format!("ensemble '{}': composing model '{model}' failed to load: {}", graph.name, e.message))
+            })?;
         }
         Ok(())
     }
