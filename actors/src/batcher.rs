@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::instance::Pending;
-use crate::policy::{ModelPolicy, SchedulerPolicy};
+use crate::policy::{ModelPolicy, QueuePolicy, SchedulerPolicy, TimeoutAction};
 
 /// What the batcher says when asked for work.
 #[derive(Debug)]
@@ -18,69 +18,158 @@ pub enum Next {
     Empty,
 }
 
+/// A queued request with what its queue policy says about waiting.
+#[derive(Debug)]
+struct Entry {
+    p: Pending,
+    /// When the request's timeout expires (`default_timeout_microseconds`, or the request's own
+    /// `timeout` where `allow_timeout_override`).
+    deadline: Option<Instant>,
+    action: TimeoutAction,
+}
+
 #[derive(Debug)]
 pub struct Batcher {
-    queue: VecDeque<Pending>,
+    /// One queue per priority level, highest first (a single queue without priority levels),
+    /// then the queue of delayed requests (timed out under `timeout_action: DELAY`).
+    levels: Vec<VecDeque<Entry>>,
+    /// Each level's policy (same order as `levels`, without the delayed queue).
+    policies: Vec<QueuePolicy>,
+    default_level: usize,
     /// Largest batch, in items (1 when batching is off: each request goes alone).
     max_items: usize,
     dynamic: bool,
     preferred: Vec<usize>,
     max_delay: Duration,
+    /// The engine's hard bound over all levels.
     capacity: usize,
+    len: usize,
 }
 
 impl Batcher {
     pub fn new(policy: &ModelPolicy) -> Self {
-        let (dynamic, preferred, max_delay, capacity) = match &policy.scheduler {
-            SchedulerPolicy::Dynamic(d) if policy.batches() && !policy.decoupled => {
-                let cap = match d.default_queue_policy.max_queue_size {
-                    0 => policy.queue_capacity,
-                    n => n.min(policy.queue_capacity),
-                };
+        let (dynamic, preferred, max_delay, policies, default_level) = match &policy.scheduler {
+            SchedulerPolicy::Dynamic(d) if !policy.decoupled => {
+                let levels = d.priority_levels.max(1) as usize;
+                let policies: Vec<QueuePolicy> = (1..=levels as u64)
+                    .map(|l| {
+                        d.priority_queue_policy.iter().find(|(k, _)| *k == l).map(|(_, q)| q.clone()).unwrap_or_else(|| d.default_queue_policy.clone())
+                    })
+                    .collect();
+                let default_level = (d.default_priority_level.max(1) as usize).min(levels) - 1;
                 let mut pref = d.preferred_batch_sizes.clone();
                 pref.sort_unstable();
-                (true, pref, d.max_queue_delay, cap)
+                (policy.batches(), pref, d.max_queue_delay, policies, default_level)
             }
-            _ => (false, Vec::new(), Duration::ZERO, policy.queue_capacity),
+            _ => (false, Vec::new(), Duration::ZERO, vec![QueuePolicy::default()], 0),
         };
         Batcher {
-            queue: VecDeque::new(),
+            levels: (0..=policies.len()).map(|_| VecDeque::new()).collect(),
+            policies,
+            default_level,
             max_items: if dynamic { policy.max_batch_size.max(1) } else { 1 },
             dynamic,
             preferred,
             max_delay,
-            capacity,
+            capacity: policy.queue_capacity,
+            len: 0,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len == 0
     }
 
-    /// Queues a request, or hands it back when the queue is full.
+    /// The request's level: its `priority` (1 = highest; 0 = the default level; past the
+    /// lowest level = the lowest).
+    fn level_of(&self, p: &Pending) -> usize {
+        match p.request.priority {
+            0 => self.default_level,
+            n => (n as usize - 1).min(self.policies.len() - 1),
+        }
+    }
+
+    /// Queues a request, or hands it back when its queue is full (`max_queue_size`, or the
+    /// engine's bound).
     pub fn push(&mut self, p: Pending) -> Result<(), Pending> {
-        if self.queue.len() >= self.capacity {
+        let level = self.level_of(&p);
+        let policy = &self.policies[level];
+        let level_full = policy.max_queue_size > 0 && self.levels[level].len() >= policy.max_queue_size;
+        if level_full || self.len >= self.capacity {
             return Err(p);
         }
-        self.queue.push_back(p);
+        let timeout = match (policy.allow_timeout_override, p.request.timeout_us) {
+            (true, us) if us > 0 => Some(Duration::from_micros(us)),
+            _ => policy.default_timeout,
+        };
+        let deadline = timeout.map(|t| p.enqueued + t);
+        let action = policy.timeout_action;
+        self.levels[level].push_back(Entry { p, deadline, action });
+        self.len += 1;
         Ok(())
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.levels.iter().flatten()
+    }
+
+    fn pop_front(&mut self) -> Option<Pending> {
+        let q = self.levels.iter_mut().find(|q| !q.is_empty())?;
+        self.len -= 1;
+        q.pop_front().map(|e| e.p)
     }
 
     /// Removes every queued request (for failing them when no instance is left).
     pub fn drain_all(&mut self) -> Vec<Pending> {
-        self.queue.drain(..).collect()
+        self.len = 0;
+        self.levels.iter_mut().flat_map(|q| q.drain(..)).map(|e| e.p).collect()
+    }
+
+    fn take_where(&mut self, gone: impl Fn(&Entry) -> bool) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for q in &mut self.levels {
+            let (g, keep): (VecDeque<Entry>, VecDeque<Entry>) = q.drain(..).partition(|e| gone(e));
+            *q = keep;
+            out.extend(g.into_iter().map(|e| e.p));
+        }
+        self.len -= out.len();
+        out
     }
 
     /// Removes queued requests whose client has gone.
     pub fn take_cancelled(&mut self) -> Vec<Pending> {
-        let (gone, keep): (VecDeque<Pending>, VecDeque<Pending>) =
-            self.queue.drain(..).partition(|p| p.reply.is_closed());
-        self.queue = keep;
-        gone.into_iter().collect()
+        self.take_where(|e| e.p.reply.is_closed())
+    }
+
+    /// Applies the queue policies at `now`: requests past their timeout under REJECT are
+    /// removed (returned, to be failed); under DELAY they move behind every request that has
+    /// not timed out.
+    pub fn take_expired(&mut self, now: Instant) -> Vec<Pending> {
+        let expired = |e: &Entry| e.deadline.is_some_and(|d| d <= now);
+        let rejected = self.take_where(|e| expired(e) && e.action == TimeoutAction::Reject);
+        let delayed_level = self.levels.len() - 1;
+        for level in 0..delayed_level {
+            let q = &mut self.levels[level];
+            if !q.iter().any(expired) {
+                continue;
+            }
+            let (late, keep): (VecDeque<Entry>, VecDeque<Entry>) = q.drain(..).partition(|e| expired(e));
+            *q = keep;
+            self.levels[delayed_level].extend(late.into_iter().map(|mut e| {
+                e.deadline = None;
+                e
+            }));
+        }
+        rejected
+    }
+
+    /// The earliest timeout still to come, for the scheduler's timer.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.entries().filter_map(|e| e.deadline).min()
     }
 
     fn compatible(a: &Pending, b: &Pending) -> bool {
@@ -92,17 +181,17 @@ impl Batcher {
             })
     }
 
-    /// The next batch, if one should go now.
+    /// The next batch, if one should go now. Requests are taken in priority order.
     pub fn next(&mut self, now: Instant) -> Next {
-        let Some(head) = self.queue.front() else { return Next::Empty };
+        let Some(head) = self.entries().next().map(|e| &e.p) else { return Next::Empty };
         if !self.dynamic {
-            return Next::Batch(vec![self.queue.pop_front().unwrap()]);
+            return Next::Batch(vec![self.pop_front().expect("not empty")]);
         }
         // Count how many requests from the head can join one batch.
         let mut items = 0usize;
         let mut count = 0usize;
         let mut blocked = false;
-        for p in self.queue.iter() {
+        for p in self.entries().map(|e| &e.p) {
             if count > 0 && !Self::compatible(head, p) {
                 blocked = true;
                 break;
@@ -125,7 +214,7 @@ impl Batcher {
         if !preferred_hit && !full && !self.preferred.is_empty() {
             let mut acc = 0usize;
             let mut best = None;
-            for (i, p) in self.queue.iter().take(count).enumerate() {
+            for (i, p) in self.entries().map(|e| &e.p).take(count).enumerate() {
                 acc += p.batch_size;
                 if self.preferred.binary_search(&acc).is_ok() {
                     best = Some(i + 1);
@@ -135,14 +224,14 @@ impl Batcher {
                 count = n;
             }
         }
-        Next::Batch(self.queue.drain(..count).collect())
+        Next::Batch((0..count).map(|_| self.pop_front().expect("counted")).collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{DynamicBatchPolicy, IoSpec, DEFAULT_QUEUE_CAPACITY};
+    use crate::policy::{DynamicBatchPolicy, IoSpec, QueuePolicy, TimeoutAction, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
     use crate::tensor::{DataType, Tensor};
     use bytes::Bytes;
@@ -245,5 +334,62 @@ mod tests {
         let now = Instant::now();
         b.push(pending(1, 4, now)).unwrap();
         assert!(b.push(pending(1, 4, now)).is_err());
+    }
+
+    fn with_priority(mut p: Pending, priority: u64, timeout_us: u64) -> Pending {
+        p.request.priority = priority;
+        p.request.timeout_us = timeout_us;
+        p
+    }
+
+    fn prio_policy() -> ModelPolicy {
+        let reject = QueuePolicy {
+            timeout_action: TimeoutAction::Reject,
+            default_timeout: Some(Duration::from_millis(10)),
+            allow_timeout_override: true,
+            max_queue_size: 2,
+        };
+        policy(Some(DynamicBatchPolicy {
+            priority_levels: 2,
+            default_priority_level: 2,
+            priority_queue_policy: vec![(1, reject)],
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn higher_priority_goes_first_and_levels_have_their_own_bounds() {
+        let mut b = Batcher::new(&prio_policy());
+        let now = Instant::now();
+        b.push(with_priority(pending(1, 4, now), 0, 0)).unwrap(); // default = level 2
+        b.push(with_priority(pending(2, 4, now), 1, 0)).unwrap();
+        b.push(with_priority(pending(3, 4, now), 9, 0)).unwrap(); // past the lowest = level 2
+        assert_eq!(sizes(b.next(now)), vec![2, 1, 3], "level 1 first, then level 2 in order");
+        b.push(with_priority(pending(1, 4, now), 1, 0)).unwrap();
+        b.push(with_priority(pending(1, 4, now), 1, 0)).unwrap();
+        assert!(b.push(with_priority(pending(1, 4, now), 1, 0)).is_err(), "level 1 holds 2");
+        assert!(b.push(with_priority(pending(1, 4, now), 2, 0)).is_ok(), "level 2 is unbounded");
+    }
+
+    #[test]
+    fn timeouts_reject_or_delay_per_policy_and_may_be_overridden() {
+        let mut b = Batcher::new(&prio_policy());
+        let t0 = Instant::now();
+        b.push(with_priority(pending(1, 4, t0), 1, 0)).unwrap(); // default 10 ms, REJECT
+        b.push(with_priority(pending(2, 4, t0), 1, 50_000)).unwrap(); // its own 50 ms
+        assert_eq!(b.next_deadline(), Some(t0 + Duration::from_millis(10)));
+        let gone = b.take_expired(t0 + Duration::from_millis(20));
+        assert_eq!(gone.iter().map(|p| p.batch_size).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(b.len(), 1);
+
+        let mut p = prio_policy();
+        if let SchedulerPolicy::Dynamic(d) = &mut p.scheduler {
+            d.priority_queue_policy[0].1.timeout_action = TimeoutAction::Delay;
+        }
+        let mut b = Batcher::new(&p);
+        b.push(with_priority(pending(1, 4, t0), 1, 0)).unwrap(); // times out: delayed
+        b.push(with_priority(pending(2, 4, t0 + Duration::from_millis(15)), 2, 0)).unwrap();
+        assert!(b.take_expired(t0 + Duration::from_millis(20)).is_empty(), "DELAY keeps the request");
+        assert_eq!(sizes(b.next(t0 + Duration::from_millis(20))), vec![2, 1], "behind every request that has not timed out");
     }
 }

@@ -75,6 +75,21 @@ impl Queue {
         }
     }
 
+    /// Requests whose queue timeout passed under REJECT (DELAY ones are moved back inside).
+    pub fn take_expired(&mut self, now: Instant) -> Vec<Pending> {
+        match self {
+            Queue::Batch(b) => b.take_expired(now),
+            Queue::Sequence(_) => Vec::new(),
+        }
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self {
+            Queue::Batch(b) => b.next_deadline(),
+            Queue::Sequence(_) => None,
+        }
+    }
+
     pub fn drain_all(&mut self) -> Vec<Pending> {
         match self {
             Queue::Batch(b) => b.drain_all(),

@@ -49,6 +49,9 @@ impl Scheduler {
         for p in self.batcher.take_cancelled() {
             p.fail(&self.stats, Error::cancelled("the client cancelled the request"));
         }
+        for p in self.batcher.take_expired(Instant::now()) {
+            p.fail(&self.stats, Error::unavailable("Request timeout expired"));
+        }
         loop {
             let now = Instant::now();
             let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
@@ -65,6 +68,11 @@ impl Scheduler {
                 }
             }
             let Some((idx, batch)) = found else {
+                // Wake for the batcher's delay or the next queue timeout, whichever comes first.
+                let wait = match (wait, self.batcher.next_deadline()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 if let Some(at) = wait {
                     if self.wake.as_ref().is_none_or(|(t, _)| *t != at) {
                         if let Some((_, h)) = self.wake.take() {
