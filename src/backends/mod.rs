@@ -6,6 +6,7 @@ mod autocomplete;
 pub mod decoupled;
 pub mod identity;
 pub mod onnx;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,10 +86,18 @@ pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &Backe
         }
         "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
         "repeat" => Ok(Arc::new(decoupled::RepeatFactory::from_config(config)?)),
+        "tokenizer" => {
+            let file = match config.parameters.get("tokenizer_file") {
+                Some(p) => model_dir.join(version.to_string()).join(p.string_value.trim()),
+                None => model_file(config, model_dir, version, "tokenizer.json"),
+            };
+            Ok(Arc::new(text::TokenizerFactory::new(config, &file)?))
+        }
+        "pooling" => Ok(Arc::new(text::PoolingFactory::new(config)?)),
         "square" => Ok(Arc::new(decoupled::SquareFactory::from_config(config)?)),
         "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity, repeat, square)",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity, repeat, square, tokenizer, pooling)",
             config.name
         ))),
     }
