@@ -1,17 +1,26 @@
 //! The Prometheus endpoint: Triton's `nv_*` families and Tritium's per-actor `tritium_*`
 //! figures, through `metrics` + `metrics-exporter-prometheus`. Every figure is read from the
-//! engine's statistics and actor figures at scrape time, so the counters agree exactly with
-//! the statistics extension.
+//! engine's statistics and actor figures at scrape time, into a recorder made for that scrape,
+//! so the counters agree exactly with the statistics extension and a model that is unloaded
+//! leaves the output (as in Triton, whose per-model reporter goes with the model). The optional
+//! per-request families of `--metrics-config` (see `latency`) live in one recorder for the
+//! life of the process and are rendered after them.
 
+mod latency;
 mod system;
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+#[allow(unused_imports)]
+pub use latency::{observer, MetricsConfig, ModelLatency};
 
 use crate::server::Server;
 
@@ -26,6 +35,8 @@ fn describe() {
     describe_counter!("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)");
     describe_counter!("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)");
     describe_counter!("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)");
+    describe_gauge!("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes");
+    describe_gauge!("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes");
     describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
     describe_gauge!("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes");
     describe_gauge!("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes");
@@ -39,42 +50,53 @@ fn describe() {
     describe_counter!("tritium_instance_restarts_total", "Times the supervisor restarted the instance after a failure");
 }
 
-/// Copies every model's statistics and actor figures into the recorder.
-fn refresh(server: &Server, cpu: &mut system::CpuSampler) {
+/// Copies every model's statistics and actor figures into the current recorder.
+fn refresh(server: &Server, cpu: &mut system::CpuSampler, config: &MetricsConfig) {
     for model in server.repository.router().all() {
         let name = model.name().to_string();
         let version = model.version().to_string();
+        // Label names in alphabetical order, as Triton writes them.
         let labels = [("model", name.clone()), ("version", version.clone())];
         let s = model.handle.stats.snapshot();
         counter!("nv_inference_request_success", &labels).absolute(s.success.0);
         for reason in ["REJECTED", "CANCELED", "BACKEND", "OTHER"] {
             let n = s.failures.get(reason).copied().unwrap_or(0);
-            let l = [("model", name.clone()), ("version", version.clone()), ("reason", reason.to_string())];
+            let l = [("model", name.clone()), ("reason", reason.to_string()), ("version", version.clone())];
             counter!("nv_inference_request_failure", &l).absolute(n);
         }
         counter!("nv_inference_count", &labels).absolute(s.inference_count);
         counter!("nv_inference_exec_count", &labels).absolute(s.execution_count);
-        gauge!("nv_inference_pending_request_count", &labels).set(s.pending as f64);
-        let us = |(_, ns): (u64, u64)| ns / 1000;
-        counter!("nv_inference_request_duration_us", &labels).absolute(us(s.success) + us(s.fail));
-        counter!("nv_inference_queue_duration_us", &labels).absolute(us(s.queue));
-        counter!("nv_inference_compute_input_duration_us", &labels).absolute(us(s.compute_input));
-        counter!("nv_inference_compute_infer_duration_us", &labels).absolute(us(s.compute_infer));
-        counter!("nv_inference_compute_output_duration_us", &labels).absolute(us(s.compute_output));
-
         let f = &model.handle.figures;
+        // Triton: requests received and not yet executing (queued in the scheduler), not the
+        // ones an instance runs now.
+        let waiting = f.scheduler_mailbox.load(Relaxed) + f.queue_len.load(Relaxed);
+        gauge!("nv_inference_pending_request_count", &labels).set(waiting as f64);
+        if config.counter_latencies {
+            let us = |(_, ns): (u64, u64)| ns / 1000;
+            // Triton adds only successful requests to the request duration (`fail.ns` is in the
+            // statistics extension alone).
+            counter!("nv_inference_request_duration_us", &labels).absolute(us(s.success));
+            counter!("nv_inference_queue_duration_us", &labels).absolute(us(s.queue));
+            counter!("nv_inference_compute_input_duration_us", &labels).absolute(us(s.compute_input));
+            counter!("nv_inference_compute_infer_duration_us", &labels).absolute(us(s.compute_infer));
+            counter!("nv_inference_compute_output_duration_us", &labels).absolute(us(s.compute_output));
+        }
+
         gauge!("tritium_scheduler_queue_length", &labels).set(f.queue_len.load(Relaxed) as f64);
         gauge!("tritium_scheduler_mailbox_depth", &labels).set(f.scheduler_mailbox.load(Relaxed) as f64);
         counter!("tritium_batcher_batches_total", &labels).absolute(f.batches_dispatched.load(Relaxed));
         counter!("tritium_batcher_items_total", &labels).absolute(f.items_dispatched.load(Relaxed));
         for (spec, inst) in model.handle.policy.instances.iter().zip(&f.instances) {
-            let l = [("model", name.clone()), ("version", version.clone()), ("instance", spec.name.clone())];
+            let l = [("instance", spec.name.clone()), ("model", name.clone()), ("version", version.clone())];
             gauge!("tritium_instance_alive", &l).set(if inst.alive.load(Relaxed) { 1.0 } else { 0.0 });
             counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns.load(Relaxed) / 1000);
             counter!("tritium_instance_executions_total", &l).absolute(inst.executions.load(Relaxed));
             counter!("tritium_instance_restarts_total", &l).absolute(inst.restarts.load(Relaxed));
         }
     }
+    // Tritium has no pinned host memory pool (Triton's is for GPU copies): a pool of 0 bytes.
+    gauge!("nv_pinned_memory_pool_total_bytes").set(0.0);
+    gauge!("nv_pinned_memory_pool_used_bytes").set(0.0);
     if let Some(u) = cpu.utilization() {
         gauge!("nv_cpu_utilization").set(u);
     }
@@ -84,22 +106,68 @@ fn refresh(server: &Server, cpu: &mut system::CpuSampler) {
     }
 }
 
+/// One scrape's text: the families rebuilt from the statistics, then the per-request ones.
+fn render(server: &Server, cpu: &mut system::CpuSampler, config: &MetricsConfig, latency: &PrometheusHandle) -> String {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    metrics::with_local_recorder(&recorder, || {
+        describe();
+        refresh(server, cpu, config);
+    });
+    let mut text = recorder.handle().render();
+    let rest = latency.render();
+    if !rest.trim().is_empty() {
+        if !text.ends_with("\n\n") {
+            text.push('\n');
+        }
+        text.push_str(&rest);
+    }
+    text
+}
+
 struct State {
     server: Arc<Server>,
-    handle: PrometheusHandle,
+    config: MetricsConfig,
+    latency: PrometheusHandle,
     cpu: parking_lot::Mutex<system::CpuSampler>,
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
-    refresh(&state.server, &mut state.cpu.lock());
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.handle.render())
+    let text = render(&state.server, &mut state.cpu.lock(), &state.config, &state.latency);
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
-/// Installs the recorder and returns the metrics HTTP server (not yet awaited).
+/// Installs the process-wide recorder of the per-request latency families, shaped by `config`.
+fn install_latency_recorder(config: &MetricsConfig) -> anyhow::Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_quantiles(&config.quantiles())?
+        // prometheus-cpp's summary window, as Triton uses it: 60 s in 5 age buckets.
+        .set_bucket_duration(Duration::from_secs(12))?
+        .set_bucket_count(NonZeroU32::new(5).expect("non-zero"))
+        .set_buckets_for_metric(Matcher::Full(latency::FIRST_RESPONSE_HISTOGRAM.to_string()), &latency::FIRST_RESPONSE_BUCKETS_MS)?
+        .install_recorder()?;
+    latency::describe();
+    // Drains recorded samples into the summaries now and then, so memory stays bounded between
+    // scrapes.
+    let h = handle.clone();
+    std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(5));
+        h.run_upkeep();
+    })?;
+    Ok(handle)
+}
+
+/// Installs the recorder and returns the metrics HTTP server (not yet awaited), with Triton's
+/// default `--metrics-config`.
 pub fn serve(server: Arc<Server>, addr: SocketAddr) -> anyhow::Result<actix_web::dev::Server> {
-    let handle = PrometheusBuilder::new().install_recorder()?;
-    describe();
-    let state = web::Data::new(State { server, handle, cpu: parking_lot::Mutex::new(system::CpuSampler::default()) });
+    serve_with(server, addr, MetricsConfig::default())
+}
+
+/// As `serve`, with the settings of `--metrics-config`. Call it before models load: the
+/// per-request families of a model are made when it loads (`observer`).
+pub fn serve_with(server: Arc<Server>, addr: SocketAddr, config: MetricsConfig) -> anyhow::Result<actix_web::dev::Server> {
+    let latency = install_latency_recorder(&config)?;
+    let _ = latency::CONFIG.set(config.clone());
+    let state = web::Data::new(State { server, config, latency, cpu: parking_lot::Mutex::new(system::CpuSampler::default()) });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape)))
         .workers(1)
         .disable_signals()
