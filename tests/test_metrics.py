@@ -204,6 +204,7 @@ PER_INSTANCE = {"tritium_instance_alive": "gauge", "tritium_instance_busy_us": "
 PER_SCHEDULER = {"tritium_scheduler_queue_length": "gauge", "tritium_scheduler_mailbox_depth": "gauge",
                  "tritium_batcher_batches_total": "counter", "tritium_batcher_items_total": "counter"}
 
+SLOW_BATCH_MS = 2000
 # What the traffic below sends to add_sub: (batch size, count) over HTTP and over gRPC.
 ADD_SUB_HTTP = [(1, 5), (4, 2)]
 ADD_SUB_GRPC = [(1, 3), (8, 1)]
@@ -279,9 +280,9 @@ def build_repo(base):
         (repo / name / "1").mkdir(parents=True, exist_ok=True)
         (repo / name / "config.pbtxt").write_text(text)
 
-    # One instance, 1 s per execution, dynamic batcher: requests that queue behind a running
+    # One instance, 2 s per execution, dynamic batcher: requests that queue behind a running
     # one are merged into one execution.
-    write("slow_batch", SLOW.format(name="slow_batch", delay=1000, extra="dynamic_batching { max_queue_delay_microseconds: 1000 }"))
+    write("slow_batch", SLOW.format(name="slow_batch", delay=SLOW_BATCH_MS, extra="dynamic_batching { max_queue_delay_microseconds: 1000 }"))
     # A queue of one: more requests than that are rejected (REJECTED).
     write("slow_queue", SLOW.format(name="slow_queue", delay=600, extra="dynamic_batching { default_queue_policy { max_queue_size: 1 } }"))
     # add_sub's ONNX file with a config that claims any width: a [1,3] request passes validation
@@ -349,7 +350,7 @@ def run_traffic(srv):
         def four_queued():
             m = scrape(srv)
             return m if m["tritium_scheduler_queue_length"].value(model="slow_batch", version="1") == 4 else None
-        during_batch = wait_for(four_queued, timeout=5, what="four requests queued on slow_batch")
+        during_batch = wait_for(four_queued, timeout=SLOW_BATCH_MS / 1000 * 0.9, what="four requests queued on slow_batch")
         # A gRPC request queued behind them and cancelled by its client (CANCELED).
         req = service_pb2.ModelInferRequest(model_name="slow_batch")
         req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 3]).contents.fp32_contents.extend([1.0] * 3)
@@ -537,7 +538,7 @@ def test_tritium_actor_families_are_labelled_by_model_version_and_instance(traff
     assert m["tritium_batcher_items_total"].value(**l) == m["nv_inference_count"].value(**l)
     assert m["tritium_batcher_batches_total"].value(**l) == m["nv_inference_exec_count"].value(**l)
     busy = sum(v for lab, v in m["tritium_instance_busy_us"].series() if lab["model"] == "slow_batch")
-    assert busy >= 2 * 1000 * 1000 * 0.99, "two 1 s executions"
+    assert busy >= 2 * SLOW_BATCH_MS * 1000 * 0.99, "two slow executions"
 
 
 def test_an_unloaded_model_leaves_the_metrics_and_a_reload_starts_at_zero(start_server, repo_copy):

@@ -136,15 +136,19 @@ async fn scrape(state: web::Data<State>) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
-/// Installs the process-wide recorder of the per-request latency families, shaped by `config`.
-fn install_latency_recorder(config: &MetricsConfig) -> anyhow::Result<PrometheusHandle> {
-    let handle = PrometheusBuilder::new()
+/// The recorder of the per-request latency families, shaped by `config`.
+fn latency_builder(config: &MetricsConfig) -> anyhow::Result<PrometheusBuilder> {
+    Ok(PrometheusBuilder::new()
         .set_quantiles(&config.quantiles())?
         // prometheus-cpp's summary window, as Triton uses it: 60 s in 5 age buckets.
         .set_bucket_duration(Duration::from_secs(12))?
         .set_bucket_count(NonZeroU32::new(5).expect("non-zero"))
-        .set_buckets_for_metric(Matcher::Full(latency::FIRST_RESPONSE_HISTOGRAM.to_string()), &latency::FIRST_RESPONSE_BUCKETS_MS)?
-        .install_recorder()?;
+        .set_buckets_for_metric(Matcher::Full(latency::FIRST_RESPONSE_HISTOGRAM.to_string()), &latency::FIRST_RESPONSE_BUCKETS_MS)?)
+}
+
+/// Installs the process-wide recorder of the per-request latency families.
+fn install_latency_recorder(config: &MetricsConfig) -> anyhow::Result<PrometheusHandle> {
+    let handle = latency_builder(config)?.install_recorder()?;
     latency::describe();
     // Drains recorded samples into the summaries now and then, so memory stays bounded between
     // scrapes.
@@ -174,4 +178,50 @@ pub fn serve_with(server: Arc<Server>, addr: SocketAddr, config: MetricsConfig) 
         .bind(addr)?
         .run();
     Ok(srv)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tritium_actors::stats::RequestTimes;
+
+    use super::*;
+
+    #[test]
+    fn latency_families_render_as_tritons_summaries_and_histogram() {
+        let config = MetricsConfig::parse(&["summary_latencies=true", "histogram_latencies=true"]).unwrap();
+        let recorder = latency_builder(&config).unwrap().build_recorder();
+        metrics::with_local_recorder(&recorder, || {
+            latency::describe();
+            let m = ModelLatency::new(&config, "m", "1", true).unwrap();
+            let t = |us: u64| Duration::from_micros(us);
+            for i in 1..=4u64 {
+                m.success(&RequestTimes {
+                    total: t(1000 * i),
+                    queue: t(100 * i),
+                    compute_input: t(10),
+                    compute_infer: t(800 * i),
+                    compute_output: t(20),
+                    batch_size: 1,
+                });
+            }
+            m.first_response(Duration::from_millis(250));
+            m.first_response(Duration::from_millis(3000));
+        });
+        let text = recorder.handle().render();
+        assert!(text.contains("# TYPE nv_inference_queue_summary_us summary"), "{text}");
+        assert!(text.contains("# HELP nv_inference_request_summary_us Summary of inference request duration in microseconds (includes cached requests)"), "{text}");
+        assert!(text.contains("nv_inference_request_summary_us_count{model=\"m\",version=\"1\"} 4"), "{text}");
+        assert!(text.contains("nv_inference_request_summary_us_sum{model=\"m\",version=\"1\"} 10000"), "{text}");
+        for q in ["0.5", "0.9", "0.95", "0.99", "0.999"] {
+            assert!(text.contains(&format!("nv_inference_queue_summary_us{{model=\"m\",version=\"1\",quantile=\"{q}\"}}")), "{q}: {text}");
+        }
+        assert!(text.contains("# TYPE nv_inference_first_response_histogram_ms histogram"), "{text}");
+        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"100\"} 0"), "{text}");
+        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"500\"} 1"), "{text}");
+        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"5000\"} 2"), "{text}");
+        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"+Inf\"} 2"), "{text}");
+        assert!(text.contains("nv_inference_first_response_histogram_ms_count{model=\"m\",version=\"1\"} 2"), "{text}");
+    }
 }
