@@ -23,22 +23,15 @@ import contextlib
 import csv
 import json
 import os
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-DEFAULT_SERVER = "/tmp/tritium-bench-target/release/tritium"
-DEFAULT_ORT = os.path.join(
-    ROOT, ".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1"
-)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import DEFAULT_ORT, DEFAULT_SERVER, HERE, ROOT, free_ports, http  # noqa: E402,F401
+
 MODEL = "add_sub"
 MODES = {
     "json": ["--input-tensor-format", "json", "--output-tensor-format", "json"],
@@ -46,90 +39,17 @@ MODES = {
 }
 
 
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def http(method, url, body=None, timeout=5):
-    req = urllib.request.Request(url, data=body, method=method)
-    if body is not None:
-        req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.status, r.read()
-
-
-def wait_ready(base, proc, deadline_s=60):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early with {proc.returncode}")
-        try:
-            if http("GET", f"{base}/v2/models/{MODEL}/ready", timeout=1)[0] == 200:
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server not ready in time")
-
-
 def sanity_check(base):
-    a = [float(i) for i in range(16)]
-    b = [1.0] * 16
-    body = json.dumps({"inputs": [
-        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": a},
-        {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": b},
-    ]}).encode()
-    _, out = http("POST", f"{base}/v2/models/{MODEL}/infer", body)
-    outs = {o["name"]: o["data"] for o in json.loads(out)["outputs"]}
-    assert outs["OUTPUT0"] == [x + y for x, y in zip(a, b)], outs
-    assert outs["OUTPUT1"] == [x - y for x, y in zip(a, b)], outs
+    common.add_sub_check(base, MODEL)
 
 
 @contextlib.contextmanager
 def bench_server(server_bin, ort_lib, model_repository, out_dir):
     """Starts the server on free loopback ports with a temp copy of the repository; yields
-    (process, base URL); stops it with SIGTERM."""
-    # Neither the process name nor its command line says "tritium": on a machine shared with
-    # someone's `pkill tritium` / `pkill -f tritium`, the benchmark server is not theirs to stop.
-    tmp = tempfile.mkdtemp(prefix="jvb-")
-    repo = os.path.join(tmp, "model_repository")
-    shutil.copytree(model_repository, repo)
-    server_exe = os.path.join(tmp, "bench-server")
-    os.symlink(os.path.abspath(server_bin), server_exe)
-    http_port, grpc_port, metrics_port = free_ports(3)
-    base = f"http://127.0.0.1:{http_port}"
-    server_log = open(os.path.join(out_dir, "server.log"), "w")
-    cmd = [server_exe, "--model-repository", repo, "--http-port", str(http_port),
-           "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-           "--onnxruntime-library", ort_lib]
-    server_log.write(" ".join(cmd) + "\n")
-    server_log.flush()
-    server = subprocess.Popen(cmd, stdout=server_log, stderr=subprocess.STDOUT)
-    try:
-        wait_ready(base, server)
-        time.sleep(0.5)
-        if server.poll() is not None:  # e.g. a port taken meanwhile: never measure someone else's server
-            raise RuntimeError(f"server exited with {server.returncode}; see {out_dir}/server.log")
-        sanity_check(base)
-        print(f"server ready on {base} (pid {server.pid})", flush=True)
-        yield server, base
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        server_log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+    (process, base URL); stops it with SIGTERM. (common.bench_server does the work.)"""
+    with common.bench_server(server_bin, ort_lib, model_repository, out_dir, ready=(MODEL,),
+                             check=sanity_check, prefix="jvb-") as srv:
+        yield srv.proc, srv.base
 
 
 def run_pa(pa, port, mode, interval_ms, stability, csv_path, log_path):

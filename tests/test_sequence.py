@@ -137,15 +137,16 @@ def test_backlog_starts_sequences_in_order_as_slots_free(start_server, acc_repo)
     assert step(c, "acc_one", 1, 1, start=True) == 1
     done = {}
 
-    def run(seq, v):
+    def run(seq, v, end):
         client = httpclient.InferenceServerClient(srv.http_url)
-        done[seq] = (step(client, "acc_one", seq, v, start=True, end=True), time.monotonic())
+        done[seq] = step(client, "acc_one", seq, v, start=True, end=end)
         client.close()
 
-    t2 = threading.Thread(target=run, args=(2, 20))
+    # Sequence 2 starts and keeps its slot; sequence 3 arrives later and must wait behind it.
+    t2 = threading.Thread(target=run, args=(2, 20, False))
     t2.start()
     time.sleep(0.2)
-    t3 = threading.Thread(target=run, args=(3, 30))
+    t3 = threading.Thread(target=run, args=(3, 30, True))
     t3.start()
     time.sleep(0.4)
     assert not done, "sequences 2 and 3 wait for the only slot"
@@ -157,9 +158,12 @@ def test_backlog_starts_sequences_in_order_as_slots_free(start_server, acc_repo)
     assert time.monotonic() - started < 1
     assert step(c, "acc_one", 1, 1, end=True) == 2
     t2.join(10)
+    assert done.get(2) == 20, "the first sequence in the backlog gets the freed slot"
+    time.sleep(0.4)
+    assert 3 not in done, "the later sequence still waits: the slot belongs to sequence 2"
+    assert step(c, "acc_one", 2, 2, end=True) == 22
     t3.join(10)
-    assert done[2][0] == 20 and done[3][0] == 30
-    assert done[2][1] <= done[3][1], "the backlog starts sequences in arrival order"
+    assert done.get(3) == 30
 
 
 def test_oldest_strategy_batches_sequences_together(server):

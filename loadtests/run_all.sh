@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs every load test once and writes loadtests/RESULTS.md.
+#
+#   loadtests/run_all.sh            # uses the release binary already at $SERVER
+#   loadtests/run_all.sh --build    # first builds HEAD in a throw-away git worktree
+#
+# Steps: loadtests/setup.sh (perf_analyzer 2.50.0); optionally the release build of HEAD
+# (CARGO_TARGET_DIR=/tmp/tritium-bench-target, the commit recorded in $SERVER.commit); then
+# json_vs_binary.py, json_vs_binary_interleaved.py, grpc_vs_http.py, sequences.py, batching.py,
+# each writing its folder under loadtests/out/run_all-<time>/; then collect_results.py gathers
+# their summary.md files into loadtests/RESULTS.md. A script that fails is listed there and the
+# others still run. Takes about 20-30 minutes on a 2-core machine.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+PY="${PY:-$ROOT/.venv/bin/python}"
+SERVER="${SERVER:-/tmp/tritium-bench-target/release/tritium}"
+ORT="${ORT:-$ROOT/.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1}"
+
+"$HERE/setup.sh" || { echo "setup.sh failed" >&2; exit 1; }
+
+if [ "${1:-}" = "--build" ]; then
+  WT="/tmp/tritium-bench-runall-$$"
+  git -C "$ROOT" worktree add --detach "$WT" HEAD || exit 1
+  commit="$(git -C "$WT" rev-parse HEAD)"
+  (cd "$WT" && CARGO_TARGET_DIR="$(dirname "$(dirname "$SERVER")")" nice cargo build --release --locked)
+  rc=$?
+  git -C "$ROOT" worktree remove --force "$WT"
+  [ "$rc" = 0 ] || { echo "release build failed" >&2; exit 1; }
+  echo "$commit" > "$SERVER.commit"
+fi
+[ -x "$SERVER" ] || { echo "no server binary at $SERVER (run with --build, or see README.md)" >&2; exit 1; }
+[ -x "$PY" ] || { echo "no Python at $PY (run scripts/setup.sh)" >&2; exit 1; }
+
+RUN="$HERE/out/run_all-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$RUN"
+started="$(date '+%Y-%m-%d %H:%M:%S %Z')"
+load_start="$(cut -d' ' -f1 /proc/loadavg)"
+failed=()
+COMMON=(--server "$SERVER" --onnxruntime-library "$ORT" --out "$RUN")
+
+run() {  # run NAME ARGS...: one script, console to $RUN/NAME.console
+  local name="$1"; shift
+  echo "loadtests/$name ${*}" | sed "s#$RUN#loadtests/out/run_all-…#g; s#$ROOT/##g" >> "$RUN/commands.txt"
+  echo "=== $name $*"
+  "$PY" "$HERE/$name" "$@" "${COMMON[@]}" 2>&1 | tee "$RUN/${name%.py}.console"
+  local rc="${PIPESTATUS[0]}"
+  echo "# exit $rc" >> "$RUN/commands.txt"
+  [ "$rc" = 0 ] || failed+=("$name (exit $rc)")
+}
+
+echo "loadtests/setup.sh" > "$RUN/commands.txt"
+run json_vs_binary.py --repeats 3
+run json_vs_binary_interleaved.py --repeats 3 --requests 10000
+run grpc_vs_http.py --repeats 3
+run sequences.py
+run batching.py --repeats 2
+
+head="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
+"$PY" - "$RUN" "$SERVER" "$ORT" "$started" "$load_start" "$head" "${failed[@]+"${failed[@]}"}" <<'PYEOF'
+import json, os, sys, time
+run, server, ort, started, load_start, head, *failed = sys.argv[1:]
+json.dump({"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "server": server,
+           "onnxruntime_library": ort, "git_head": head, "nproc": os.cpu_count(),
+           "loadavg_start": load_start, "loadavg_end": f"{os.getloadavg()[0]:.2f}", "failed": failed},
+          open(os.path.join(run, "meta.json"), "w"), indent=2)
+PYEOF
+"$PY" "$HERE/collect_results.py" "$RUN" > "$HERE/RESULTS.md" || exit 1
+echo "wrote $HERE/RESULTS.md (raw results in $RUN)"
+[ "${#failed[@]}" = 0 ]
