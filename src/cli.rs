@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
+use crate::observe::logging::LogFormat;
+
 /// `--grpc-infer-response-compression-level`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Compression {
@@ -111,14 +113,65 @@ pub struct Cli {
     /// Port of the metrics endpoint (`/metrics`).
     #[arg(long, default_value_t = 8002)]
     pub metrics_port: u16,
+    /// How often host figures (`nv_cpu_*`) are sampled, in milliseconds; the model families are
+    /// read from the engine at each scrape.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub metrics_interval_ms: u64,
+    /// `<setting>=<value>`, repeatable, as Triton: `counter_latencies=false` drops the
+    /// `*_duration_us` counters; `summary_latencies=true` adds per-request summaries with
+    /// `summary_quantiles=0.5:0.05,0.9:0.01,...`; `histogram_latencies=true` adds the first-response
+    /// histogram of decoupled models.
+    #[arg(long = "metrics-config", action = ArgAction::Append)]
+    pub metrics_config: Vec<String>,
 
     /// Seconds to wait, on SIGINT/SIGTERM, for in-flight requests before exiting.
     #[arg(long, default_value_t = 30)]
     pub exit_timeout_secs: u64,
 
-    /// Verbose logging level (0 = off, 1 and up = more detail).
+    /// Verbose logging level (0 = off; 1 = Tritium's detail, one line per request received and
+    /// answered; 2 adds the libraries' detail; 3 everything). The logging extension
+    /// (`/v2/logging`) changes this and the four below while the server runs.
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
+    /// Log info lines.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub log_info: bool,
+    /// Log warnings.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub log_warning: bool,
+    /// Log errors.
+    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub log_error: bool,
+    /// The line prefix: `default` (`I1203 12:00:00.123456 <pid> file.rs:12]`) or `ISO8601`
+    /// (`2026-12-03T12:00:00Z I <pid> file.rs:12]`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Default)]
+    pub log_format: LogFormat,
+    /// Append the log to this file instead of writing it to stderr.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+
+    /// Request tracing, `[triton,]<setting>=<value>`, repeatable, as Triton: `level=TIMESTAMPS`
+    /// (or TENSORS, OFF), `rate=N` (trace every N-th request, default 1000), `count=N` (stop
+    /// after N traces; -1 = never), `triton,file=<path>` (the JSON trace file) and
+    /// `triton,log-frequency=N` (write every N traces to `<file>.<index>`; 0 = append each to
+    /// the file). The trace extension (`/v2/trace/setting`) changes all but the file.
+    #[arg(long = "trace-config", action = ArgAction::Append)]
+    pub trace_config: Vec<String>,
+    /// Deprecated: `--trace-config triton,file=<path>`.
+    #[arg(long)]
+    pub trace_file: Option<String>,
+    /// Deprecated: `--trace-config level=<level>`; repeatable.
+    #[arg(long, action = ArgAction::Append)]
+    pub trace_level: Vec<String>,
+    /// Deprecated: `--trace-config rate=<n>`.
+    #[arg(long)]
+    pub trace_rate: Option<u32>,
+    /// Deprecated: `--trace-config count=<n>`.
+    #[arg(long, allow_negative_numbers = true)]
+    pub trace_count: Option<i32>,
+    /// Deprecated: `--trace-config triton,log-frequency=<n>`.
+    #[arg(long)]
+    pub trace_log_frequency: Option<u32>,
 
     /// Path of the ONNX Runtime shared library (else $ORT_DYLIB_PATH, else the one that
     /// `scripts/setup.sh` installs).

@@ -7,6 +7,7 @@ mod config;
 mod ensemble;
 mod frontends;
 mod metrics;
+mod observe;
 mod proto;
 mod repository;
 mod server;
@@ -18,7 +19,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 use tritium_actors::Engine;
 
 use crate::backends::BackendEnv;
@@ -26,10 +26,26 @@ use crate::cli::{Cli, ControlMode};
 use crate::repository::{RepositoryManager, RepositoryOptions};
 use crate::server::Server;
 
-fn init_logging(verbose: u32) {
-    let default = if verbose > 0 { "debug" } else { "info" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+/// The logger (live-changeable settings) and the trace settings, from the flags.
+fn init_observe(cli: &Cli) -> anyhow::Result<()> {
+    let log = observe::logging::LogOptions {
+        info: cli.log_info,
+        warning: cli.log_warning,
+        error: cli.log_error,
+        verbose: cli.log_verbose,
+        format: cli.log_format,
+        file: cli.log_file.clone(),
+    };
+    observe::logging::init(&log).with_context(|| format!("cannot open the log file {:?}", cli.log_file))?;
+    let legacy = observe::trace::LegacyTraceFlags {
+        file: cli.trace_file.clone(),
+        level: cli.trace_level.clone(),
+        rate: cli.trace_rate,
+        count: cli.trace_count,
+        log_frequency: cli.trace_log_frequency,
+    };
+    observe::trace::install(observe::trace::TraceConfig::from_flags(&cli.trace_config, &legacy).map_err(anyhow::Error::msg)?);
+    Ok(())
 }
 
 /// Resolves when the process gets SIGINT or SIGTERM.
@@ -100,7 +116,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     let metrics = if cli.allow_metrics {
         let addr = SocketAddr::new(cli.metrics_address.unwrap_or(cli.http_address), cli.metrics_port);
-        let srv = metrics::serve(server.clone(), addr).with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
+        let config = metrics::MetricsConfig::parse(&cli.metrics_config).map_err(anyhow::Error::msg)?;
+        let interval = Duration::from_millis(cli.metrics_interval_ms);
+        let srv = metrics::serve_with(server.clone(), addr, config, interval)
+            .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
         let handle = srv.handle();
         actix_rt::spawn(srv);
         tracing::info!("started Metrics Service at {addr}");
@@ -144,6 +163,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if tokio::time::timeout(exit_timeout, repository.unload_all()).await.is_err() {
         tracing::warn!("models still draining after {}s; exiting anyway", cli.exit_timeout_secs);
     }
+    observe::trace::manager().shutdown();
     tracing::info!("exiting");
     Ok(())
 }
@@ -154,7 +174,10 @@ fn num_workers() -> usize {
 
 fn main() {
     let cli = Cli::parse();
-    init_logging(cli.log_verbose);
+    if let Err(e) = init_observe(&cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
     let system = actix_rt::System::new();
     match system.block_on(run(cli)) {
         Ok(()) => std::process::exit(0),

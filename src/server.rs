@@ -9,6 +9,9 @@ use std::sync::Arc;
 use tritium_actors::{DataType, Error, InferRequest, InferResponse, ModelHandle, Reply, Result, StatsSnapshot};
 
 use crate::config::ModelConfig;
+use crate::observe::logging::LogView;
+use crate::observe::trace::{TraceValue, TraceView};
+use crate::observe::SettingValue;
 use crate::repository::RepositoryManager;
 
 pub const SERVER_NAME: &str = "tritium";
@@ -25,6 +28,8 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 ];
 
 pub struct ServerMetadata {
@@ -71,6 +76,8 @@ pub struct LoadedModel {
     pub labels: HashMap<String, Vec<String>>,
     /// For an ensemble: the models its steps run (name, version; `None` = latest).
     pub composing: Vec<(String, Option<i64>)>,
+    /// For an ensemble: each step's latency.
+    pub steps: Option<Arc<crate::ensemble::StepFigures>>,
 }
 
 impl LoadedModel {
@@ -202,6 +209,21 @@ impl Server {
                 stats: m.handle.stats.snapshot(),
             })
             .collect())
+    }
+
+    /// The logging extension: applies `changes` (none to read) and answers the settings.
+    pub fn log_settings(&self, changes: &[(String, SettingValue)]) -> Result<LogView> {
+        crate::observe::logging::settings().update(changes)
+    }
+
+    /// The trace extension, for the global settings (`model` = None) or a ready model's.
+    pub fn trace_settings(&self, model: Option<&str>, changes: &[(String, TraceValue)]) -> Result<TraceView> {
+        if let Some(m) = model {
+            if !self.model_ready(m, None) {
+                return Err(Error::invalid(format!("Request for unknown model : {m}")));
+            }
+        }
+        crate::observe::trace::manager().update(model, changes)
     }
 
     pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {

@@ -494,8 +494,6 @@ def test_rejected_and_cancelled_requests_have_their_reason(traffic):
         assert m["nv_inference_request_failure"].value(model="slow_batch", reason=reason, version="1") == 0
 
 
-@pytest.mark.xfail(strict=True, reason="engine: ModelHandle::submit (actors/src/handle.rs) counts a validation "
-                   "rejection as fail / reason OTHER; Triton counts it nowhere")
 def test_validation_rejections_are_counted_nowhere(traffic):
     m = traffic.metrics
     s = traffic.stats[("add_sub", "1")]["inference_stats"]
@@ -504,13 +502,26 @@ def test_validation_rejections_are_counted_nowhere(traffic):
         assert m["nv_inference_request_failure"].value(model="add_sub", reason=reason, version="1") == 0
 
 
-@pytest.mark.xfail(strict=True, reason="engine: Pending::fail (actors/src/instance.rs) takes the reason from the "
-                   "error kind, so an invalid-argument error from the backend is OTHER; Triton counts every "
-                   "failure the backend reports as BACKEND")
 def test_backend_errors_count_as_BACKEND(traffic):
     m = traffic.metrics
     assert m["nv_inference_request_failure"].value(model="loose", reason="BACKEND", version="1") == 1
     assert m["nv_inference_request_failure"].value(model="loose", reason="OTHER", version="1") == 0
+
+
+def test_batcher_histograms_show_the_merged_batch_and_its_wait(traffic):
+    m = traffic.metrics
+    l = {"model": "slow_batch", "version": "1"}
+    sizes, waits = m["tritium_batcher_batch_size"], m["tritium_batcher_delay_us"]
+    # One request alone, then the four that queued behind it (1 + 1 + 1 + 2 items) as one batch.
+    assert sizes.value("_count", **l) == 2
+    assert sizes.value("_bucket", le="1", **l) == 1
+    assert sizes.value("_bucket", le="4", **l) == 1
+    assert sizes.value("_bucket", le="8", **l) == 2
+    assert sizes.value("_sum", **l) == 6
+    # The merged batch's oldest request waited for the first execution (SLOW_BATCH_MS).
+    assert waits.value("_count", **l) == 2
+    assert waits.value("_bucket", le="1000000", **l) == 1
+    assert waits.value("_sum", **l) >= SLOW_BATCH_MS * 1000 * 0.8
 
 
 def test_tritium_actor_families_are_labelled_by_model_version_and_instance(traffic):

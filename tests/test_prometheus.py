@@ -30,7 +30,7 @@ GRAFANA_VARIABLES = {
     "$__rate_interval": "1m",
     "$__interval": "5s",
     "$__range": "5m",
-    "$model": "add_sub|identity_fp32",
+    "$model": "add_sub|identity_fp32|add_sub_pipeline|accumulate",
     "$job": JOB,
 }
 
@@ -101,7 +101,7 @@ class Prometheus:
 
 @pytest.fixture
 def stack(start_server, repo_copy, tmp_path):
-    srv = start_server(repo_copy(["add_sub", "identity_fp32"]))
+    srv = start_server(repo_copy(["add_sub", "identity_fp32", "add_sub_pipeline", "accumulate"]))
     prom = Prometheus(tmp_path, f"127.0.0.1:{srv.metrics_port}")
     try:
         # Scraped at least once before any traffic, so the increase is visible to rate().
@@ -207,7 +207,10 @@ MUST_HAVE_DATA = {"Request rate", "Failure rate by reason", "Inference rate", "P
                   "Average request latency", "Queue vs compute time per request", "Batch efficiency",
                   "Executions per second", "CPU utilization", "CPU memory used", "Instance busy",
                   "Instance executions per second", "Instance restarts", "Scheduler queue and mailbox",
-                  "Batcher: items per batch"}
+                  "Batcher: items per batch", "Batcher: wait before dispatch (p50, p99)",
+                  "Batcher: batch size (p50, p99)", "Sequences: active and backlog",
+                  "Sequences: state bytes and idle releases", "Ensemble step latency (p99)"}
+PIPELINE_REQUESTS = 2
 
 
 @needs_prometheus
@@ -218,8 +221,21 @@ def test_every_dashboard_query_parses_and_evaluates(stack):
     r = srv.post("/v2/models/identity_fp32/infer",
                  {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2, 3], "data": [1.0] * 6}]})
     assert r.status_code == 200, r.text
-    prom.wait_for('nv_inference_count{model="add_sub"}', lambda v: v and v[0][1] == 40, what="the traffic scraped")
-    prom.wait_for('nv_inference_count{model="identity_fp32"}', lambda v: v and v[0][1] == 2, what="the traffic scraped")
+    # Through the ensemble (each runs add_sub once more, alone) and one open sequence.
+    for _ in range(PIPELINE_REQUESTS):
+        r = srv.post("/v2/models/add_sub_pipeline/infer", {"inputs": [
+            {"name": n, "datatype": "FP32", "shape": [1, 16], "data": [1.0] * 16} for n in ("IN0", "IN1")]})
+        assert r.status_code == 200, r.text
+    r = srv.post("/v2/models/accumulate/infer", {
+        "parameters": {"sequence_id": 7, "sequence_start": True},
+        "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [5]}]})
+    assert r.status_code == 200, r.text
+    add_sub = 40 + PIPELINE_REQUESTS
+    prom.wait_for('nv_inference_count{model="add_sub"}', lambda v: v and v[0][1] == add_sub, what="the traffic scraped")
+    prom.wait_for('nv_inference_count{model="add_sub_pipeline"}', lambda v: v and v[0][1] == PIPELINE_REQUESTS,
+                  what="the ensemble traffic scraped")
+    prom.wait_for('nv_inference_count{model="identity_fp32"}', lambda v: v and v[0][1] == 2 + PIPELINE_REQUESTS,
+                  what="the traffic scraped")
     # The variables' own queries (Grafana's label_values) through the labels API.
     for label, match in (("job", "nv_inference_request_success"),
                          ("model", f'nv_inference_request_success{{job=~"{JOB}"}}')):
@@ -244,4 +260,8 @@ def test_every_dashboard_query_parses_and_evaluates(stack):
             assert model is None or re.fullmatch(GRAFANA_VARIABLES["$model"], model), (title, s)
     assert MUST_HAVE_DATA <= with_data, MUST_HAVE_DATA - with_data
     batch = prom.vector(concrete(next(e for t, e in targets if t == "Batch efficiency")))
-    assert {m["model"]: v for m, v in batch}["add_sub"] == pytest.approx(4.0), batch
+    assert {m["model"]: v for m, v in batch}["add_sub"] == pytest.approx(add_sub / (10 + PIPELINE_REQUESTS)), batch
+    steps = prom.vector(concrete(next(e for t, e in targets if t == "Ensemble step latency (p99)")))
+    assert {(m["step"], m["step_model"]) for m, _ in steps} == {("1", "add_sub"), ("2", "identity_fp32")}, steps
+    active = prom.vector(concrete(next(e for t, e in targets if t == "Sequences: active and backlog")))
+    assert ({"model": "accumulate"}, 1.0) in active, active

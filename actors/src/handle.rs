@@ -85,12 +85,14 @@ impl ModelHandle {
     /// Validates and queues a request; its answer comes on `reply`. An error here means the
     /// request was not queued (and `reply` was dropped unanswered).
     pub fn submit(&self, mut request: InferRequest, reply: Reply) -> Result<()> {
-        if let Err(e) = validate_request(&self.policy, &mut request) {
-            self.stats.record_failure(request.received.elapsed(), FailureReason::Other);
-            return Err(e);
-        }
+        // A request that fails validation never reaches the model: Triton counts it in no
+        // statistic and no failure reason.
+        validate_request(&self.policy, &mut request)?;
         let batch_size = request.batch_size(self.policy.batches());
         let received = request.received;
+        if let Some(trace) = &request.trace {
+            trace.record(crate::trace::QUEUE_START);
+        }
         let pending = Pending { request, reply, enqueued: Instant::now(), batch_size, sequence: None };
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.scheduler_mailbox.fetch_add(1, Relaxed);

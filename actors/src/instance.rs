@@ -20,6 +20,7 @@ use crate::request::{InferRequest, Reply};
 use crate::scheduler::{InstanceIdle, Scheduler};
 use crate::stats::{FailureReason, ModelStats, RequestTimes};
 use crate::supervisor::{InstanceFailed, InstanceReady, Supervisor};
+use crate::trace;
 
 /// A request waiting for, or running in, an execution.
 #[derive(Debug)]
@@ -34,6 +35,7 @@ pub struct Pending {
 
 impl Pending {
     /// Answers with an error and counts the failure.
+    /// The reason comes from the error's kind: for failures before the backend ran.
     pub(crate) fn fail(self, stats: &ModelStats, error: Error) {
         let reason = match error.kind {
             ErrorKind::Unavailable => FailureReason::Rejected,
@@ -41,9 +43,24 @@ impl Pending {
             ErrorKind::Internal => FailureReason::Backend,
             _ => FailureReason::Other,
         };
+        self.fail_as(stats, error, reason)
+    }
+
+    /// Answers with an error counted under `reason` (Triton counts every error the backend
+    /// reports as BACKEND, whatever its code).
+    pub(crate) fn fail_as(self, stats: &ModelStats, error: Error, reason: FailureReason) {
         stats.record_failure(self.request.received.elapsed(), reason);
         stats.pending.fetch_sub(1, Relaxed);
         self.reply.send(Err(error));
+    }
+}
+
+/// Stamps `activity` on each traced request of a batch.
+fn stamp(batch: &[Pending], activity: &'static str, at: Instant) {
+    for p in batch {
+        if let Some(trace) = &p.request.trace {
+            trace.record_at(activity, at);
+        }
     }
 }
 
@@ -155,12 +172,14 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         Ok(m) => m,
         Err(e) => {
             for p in live {
-                p.fail(stats, e.clone());
+                p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
             return Ok(());
         }
     };
     let input_end = Instant::now();
+    stamp(&live, trace::COMPUTE_START, compute_start);
+    stamp(&live, trace::COMPUTE_INPUT_END, input_end);
     // A cheap clone (tensor data is shared): the batch's requests move on to their answers.
     let single = (live.len() == 1).then(|| live[0].request.clone());
     let input = BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single.as_ref() };
@@ -193,7 +212,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         Err(e) => {
             count_execution();
             for p in live {
-                p.fail(stats, e.clone());
+                p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
             return match panicked {
                 Some(reason) => Err(reason),
@@ -219,6 +238,10 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         .collect();
     let output_end = count_execution();
     for (p, outputs) in answers {
+        if let Some(trace) = &p.request.trace {
+            trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
+            trace.record_at(trace::COMPUTE_END, output_end);
+        }
         stats.record_success(&RequestTimes {
             total: p.request.received.elapsed(),
             queue: compute_start.saturating_duration_since(p.enqueued),
@@ -248,7 +271,12 @@ fn execute_decoupled(
     let stats = &env.stats;
     // Decoupled models run one request at a time (the batcher never merges them).
     let p = live.into_iter().next().expect("a live request");
+    let mut first_sent = false;
     let mut emit = |outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
+        if !first_sent {
+            first_sent = true;
+            stats.record_first_response(p.request.received.elapsed());
+        }
         p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))
     };
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
@@ -266,13 +294,20 @@ fn execute_decoupled(
                 batch_size: p.batch_size as u64,
             });
             stats.pending.fetch_sub(1, Relaxed);
+            if !first_sent {
+                stats.record_first_response(p.request.received.elapsed());
+            }
+            if let Some(trace) = &p.request.trace {
+                trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
+                trace.record_at(trace::COMPUTE_END, infer_end);
+            }
             let last = backend::response(&p.request.id, &policy.name, policy.version, Vec::new(), true);
             p.reply.send(Ok(last));
         }
-        Ok(Err(e)) => p.fail(stats, e),
+        Ok(Err(e)) => p.fail_as(stats, e, FailureReason::Backend),
         Err(panic) => {
             let reason = format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*panic));
-            p.fail(stats, Error::internal(reason.clone()));
+            p.fail_as(stats, Error::internal(reason.clone()), FailureReason::Backend);
             panicked = Some(reason);
         }
     }

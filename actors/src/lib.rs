@@ -17,6 +17,7 @@ pub mod sequence;
 pub mod stats;
 pub mod supervisor;
 pub mod tensor;
+pub mod trace;
 pub mod validate;
 
 pub use backend::{Backend, BackendFactory, BatchInput, InstanceKind, InstanceSpec};
@@ -29,3 +30,4 @@ pub use policy::{
 pub use request::{CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags};
 pub use stats::{ModelStats, StatsSnapshot};
 pub use tensor::{DataType, Tensor};
+pub use trace::Trace;

@@ -1,12 +1,14 @@
 //! Protocol-neutral requests and responses, and the channel a response goes back on.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::Trace;
 
 /// A request or response parameter value (KServe v2 parameters).
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +69,8 @@ pub struct InferRequest {
     pub priority: u64,
     pub timeout_us: u64,
     pub received: Instant,
+    /// Set when the frontend sampled this request for the trace extension.
+    pub trace: Option<Arc<Trace>>,
 }
 
 impl InferRequest {
@@ -82,6 +86,7 @@ impl InferRequest {
             priority: 0,
             timeout_us: 0,
             received: Instant::now(),
+            trace: None,
         }
     }
 

@@ -91,6 +91,10 @@ impl Scheduler {
             let items: usize = batch.iter().map(|p| p.batch_size).sum();
             self.figures.batches_dispatched.fetch_add(1, Relaxed);
             self.figures.items_dispatched.fetch_add(items as u64, Relaxed);
+            self.figures.batch_size.record(items as f64);
+            if let Some(oldest) = batch.iter().map(|p| p.enqueued).min() {
+                self.figures.batch_delay_us.record_us(oldest.elapsed());
+            }
             let slot = &mut self.slots[idx];
             let mailbox = slot.mailbox.as_ref().expect("live slot");
             match mailbox.try_send(InstanceMsg::Execute(batch)) {

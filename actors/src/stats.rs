@@ -70,7 +70,16 @@ pub struct StatsSnapshot {
     pub pending: u64,
 }
 
-#[derive(Debug, Default)]
+/// Receives each request's figures as the engine records them, for families that cannot be
+/// rebuilt from the cumulative statistics (the metrics endpoint's summaries and histograms).
+pub trait StatsObserver: Send + Sync {
+    /// One successful request, as `ModelStats::record_success` counts it.
+    fn success(&self, times: &RequestTimes);
+    /// The first response of a decoupled request, `since_received` after it arrived.
+    fn first_response(&self, _since_received: Duration) {}
+}
+
+#[derive(Default)]
 pub struct ModelStats {
     last_inference_ms: AtomicU64,
     inference_count: AtomicU64,
@@ -85,6 +94,13 @@ pub struct ModelStats {
     pub pending: AtomicU64,
     failures: Mutex<BTreeMap<FailureReason, u64>>,
     batches: Mutex<BTreeMap<u64, BatchFigures>>,
+    observer: std::sync::OnceLock<Box<dyn StatsObserver>>,
+}
+
+impl std::fmt::Debug for ModelStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelStats").field("snapshot", &self.snapshot()).finish()
+    }
 }
 
 fn now_ms() -> u64 {
@@ -111,6 +127,21 @@ impl ModelStats {
         self.compute_output.add(t.compute_output);
         self.inference_count.fetch_add(t.batch_size, Relaxed);
         self.last_inference_ms.store(now_ms(), Relaxed);
+        if let Some(o) = self.observer.get() {
+            o.success(t);
+        }
+    }
+
+    /// The first response of a decoupled request went out.
+    pub fn record_first_response(&self, since_received: Duration) {
+        if let Some(o) = self.observer.get() {
+            o.first_response(since_received);
+        }
+    }
+
+    /// Sets the observer told of every request from now on; only the first call has effect.
+    pub fn set_observer(&self, observer: Box<dyn StatsObserver>) {
+        let _ = self.observer.set(observer);
     }
 
     pub fn record_failure(&self, total: Duration, reason: FailureReason) {

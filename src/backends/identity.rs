@@ -84,7 +84,8 @@ mod tests {
     use tritium_actors::{DataType, InstanceKind};
 
     use super::*;
-    use crate::config::{ModelInput, ModelOutput, ModelParameter};
+    use crate::config::{ModelInput, ModelOutput};
+    use crate::proto::inference::ModelParameter;
 
     fn config(delay: &str) -> ModelConfig {
         let mut c = ModelConfig {

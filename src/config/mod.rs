@@ -15,19 +15,14 @@ use tritium_actors::DataType;
 
 pub use crate::proto::inference::{
     model_config, model_instance_group, model_queue_policy, model_version_policy, DataType as ProtoDataType, ModelConfig,
-    ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelParameter, ModelQueuePolicy,
-    ModelTensorReshape, ModelTransactionPolicy, ModelVersionPolicy,
+    ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelQueuePolicy,
+    ModelTensorReshape, ModelVersionPolicy,
 };
 pub use json::{from_json, to_json};
 pub use normalize::normalize;
 pub use policy::to_policy;
 pub use text::parse_pbtxt;
 pub use validate::validate;
-
-/// The model-config name of a datatype: `TYPE_FP32`, and `TYPE_STRING` for BYTES.
-pub fn model_dtype_name(dt: DataType) -> &'static str {
-    proto_data_type(dt).as_str_name()
-}
 
 /// The config enum for an engine datatype.
 pub fn proto_data_type(dt: DataType) -> ProtoDataType {
@@ -56,11 +51,6 @@ pub fn engine_data_type(data_type: i32) -> Option<DataType> {
     DataType::parse(proto.as_str_name())
 }
 
-/// A config enum field's name, or its number when the number is outside the enum.
-fn enum_name<E: TryFrom<i32>>(value: i32, name: impl Fn(E) -> &'static str) -> String {
-    E::try_from(value).map(name).map(str::to_string).unwrap_or_else(|_| value.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,8 +61,8 @@ mod tests {
             let proto = proto_data_type(dt);
             assert_eq!(engine_data_type(proto as i32), Some(dt));
         }
-        assert_eq!(model_dtype_name(DataType::F32), "TYPE_FP32");
-        assert_eq!(model_dtype_name(DataType::Bytes), "TYPE_STRING");
+        assert_eq!(proto_data_type(DataType::F32).as_str_name(), "TYPE_FP32");
+        assert_eq!(proto_data_type(DataType::Bytes).as_str_name(), "TYPE_STRING");
         assert_eq!(engine_data_type(0), None);
         assert_eq!(engine_data_type(99), None);
     }

@@ -9,8 +9,10 @@ pub mod graph;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
+use tritium_actors::figures::{Histogram, LATENCY_US_BOUNDS};
 use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InferRequest, InstanceSpec, Reply, RequestedOutput, Result, Tensor};
 
 pub use graph::{is_ensemble, Graph};
@@ -21,31 +23,47 @@ use crate::repository::Router;
 /// steps run in the composing models).
 pub const ENSEMBLE_CONCURRENCY: usize = 16;
 
+/// Per-step latency of one ensemble version: from the step's request being queued in its
+/// model to its answer, in µs, for `tritium_ensemble_step_duration_us`.
+#[derive(Debug)]
+pub struct StepFigures {
+    /// (composing model, latency), in step order.
+    pub steps: Vec<(String, Histogram)>,
+}
+
+impl StepFigures {
+    pub fn new(graph: &Graph) -> Self {
+        StepFigures { steps: graph.steps.iter().map(|s| (s.model.clone(), Histogram::new(LATENCY_US_BOUNDS))).collect() }
+    }
+}
+
 pub struct EnsembleFactory {
     graph: Arc<Graph>,
     router: Arc<Router>,
+    figures: Arc<StepFigures>,
 }
 
 impl EnsembleFactory {
-    pub fn new(graph: Graph, router: Arc<Router>) -> Self {
-        EnsembleFactory { graph: Arc::new(graph), router }
+    pub fn new(graph: Graph, router: Arc<Router>, figures: Arc<StepFigures>) -> Self {
+        EnsembleFactory { graph: Arc::new(graph), router, figures }
     }
 }
 
 impl BackendFactory for EnsembleFactory {
     fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(Ensemble { graph: self.graph.clone(), router: self.router.clone() }))
+        Ok(Box::new(Ensemble { graph: self.graph.clone(), router: self.router.clone(), figures: self.figures.clone() }))
     }
 }
 
 struct Ensemble {
     graph: Arc<Graph>,
     router: Arc<Router>,
+    figures: Arc<StepFigures>,
 }
 
 impl Backend for Ensemble {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        futures::executor::block_on(run(&self.graph, &self.router, batch))
+        futures::executor::block_on(run(&self.graph, &self.router, &self.figures, batch))
     }
 }
 
@@ -54,7 +72,7 @@ fn step_error(graph: &Graph, i: usize, e: Error) -> Error {
     Error::new(e.kind, format!("in ensemble '{}', step {} ('{}'): {}", graph.name, i + 1, step.model, e.message))
 }
 
-async fn run(graph: &Graph, router: &Router, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+async fn run(graph: &Graph, router: &Router, figures: &StepFigures, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
     let origin = batch.request;
     let mut tensors: HashMap<String, Tensor> = batch.inputs.iter().map(|t| (t.name.clone(), t.clone())).collect();
     let mut started = vec![false; graph.steps.len()];
@@ -87,9 +105,11 @@ async fn run(graph: &Graph, router: &Router, batch: BatchInput<'_>) -> Result<Ve
             let model = router.get(&step.model, step.version).map_err(|e| step_error(graph, i, e))?;
             let (reply, rx) = Reply::once();
             model.handle.submit(request, reply).map_err(|e| step_error(graph, i, e))?;
-            running.push(async move { (i, rx.await) });
+            let queued = Instant::now();
+            running.push(async move { (i, queued, rx.await) });
         }
-        let Some((i, answer)) = running.next().await else { break };
+        let Some((i, queued, answer)) = running.next().await else { break };
+        figures.steps[i].1.record_us(queued.elapsed());
         let response = answer
             .map_err(|_| step_error(graph, i, Error::internal("the composing model dropped the request")))?
             .map_err(|e| step_error(graph, i, e))?;

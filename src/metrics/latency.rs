@@ -14,15 +14,11 @@
 //! families cannot be, so the engine reports each request to a [`ModelLatency`] (see
 //! [`observer`]).
 
-// Not reached until the engine reports each request to `observer` (a hook the engine does not
-// have yet) and the CLI passes `--metrics-config` to `serve_with`.
-#![allow(dead_code)]
-
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{describe_histogram, histogram, Histogram};
-use tritium_actors::stats::RequestTimes;
+use tritium_actors::stats::{RequestTimes, StatsObserver};
 
 /// Triton's default summary quantiles (`{quantile, error}` pairs in Triton).
 pub const DEFAULT_QUANTILES: [(f64, f64); 5] = [(0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001)];
@@ -162,8 +158,11 @@ impl ModelLatency {
         Some(ModelLatency { summaries, first_response })
     }
 
+}
+
+impl StatsObserver for ModelLatency {
     /// One successful request (what `ModelStats::record_success` counts).
-    pub fn success(&self, t: &RequestTimes) {
+    fn success(&self, t: &RequestTimes) {
         if let Some(s) = &self.summaries {
             s.request.record(us(t.total));
             s.queue.record(us(t.queue));
@@ -174,7 +173,7 @@ impl ModelLatency {
     }
 
     /// The first response of a decoupled request, `since_received` after the request arrived.
-    pub fn first_response(&self, since_received: Duration) {
+    fn first_response(&self, since_received: Duration) {
         if let Some(h) = &self.first_response {
             h.record(since_received.as_nanos() as f64 / 1e6);
         }

@@ -6,6 +6,7 @@
 //! per-request families of `--metrics-config` (see `latency`) live in one recorder for the
 //! life of the process and are rendered after them.
 
+mod histogram;
 mod latency;
 mod system;
 
@@ -19,8 +20,7 @@ use actix_web::{web, App, HttpResponse, HttpServer};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-#[allow(unused_imports)]
-pub use latency::{observer, MetricsConfig, ModelLatency};
+pub use latency::{observer, MetricsConfig};
 
 use crate::server::Server;
 
@@ -48,10 +48,15 @@ fn describe() {
     describe_counter!("tritium_instance_busy_us", "Cumulative time the instance actor spent executing, in microseconds");
     describe_counter!("tritium_instance_executions_total", "Executions the instance actor ran");
     describe_counter!("tritium_instance_restarts_total", "Times the supervisor restarted the instance after a failure");
+    describe_gauge!("tritium_instance_sequence_slots_used", "Sequence slots of the instance held by a sequence (direct strategy)");
+    describe_gauge!("tritium_sequence_active", "Sequences holding a slot in the sequence actor");
+    describe_gauge!("tritium_sequence_backlog", "Sequences waiting in the backlog for a free slot");
+    describe_counter!("tritium_sequence_idle_releases_total", "Sequences whose slot was freed by the idle timeout");
+    describe_gauge!("tritium_sequence_state_bytes", "Bytes of implicit state the sequence actor holds");
 }
 
 /// Copies every model's statistics and actor figures into the current recorder.
-fn refresh(server: &Server, cpu: &mut system::CpuSampler, config: &MetricsConfig) {
+fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) {
     for model in server.repository.router().all() {
         let name = model.name().to_string();
         let version = model.version().to_string();
@@ -92,28 +97,68 @@ fn refresh(server: &Server, cpu: &mut system::CpuSampler, config: &MetricsConfig
             counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns.load(Relaxed) / 1000);
             counter!("tritium_instance_executions_total", &l).absolute(inst.executions.load(Relaxed));
             counter!("tritium_instance_restarts_total", &l).absolute(inst.restarts.load(Relaxed));
+            if model.handle.policy.sequence().is_some() {
+                gauge!("tritium_instance_sequence_slots_used", &l).set(inst.seq_slots_used.load(Relaxed) as f64);
+            }
+        }
+        if model.handle.policy.sequence().is_some() {
+            gauge!("tritium_sequence_active", &labels).set(f.seq_active.load(Relaxed) as f64);
+            gauge!("tritium_sequence_backlog", &labels).set(f.seq_backlog.load(Relaxed) as f64);
+            counter!("tritium_sequence_idle_releases_total", &labels).absolute(f.seq_idle_releases.load(Relaxed));
+            gauge!("tritium_sequence_state_bytes", &labels).set(f.seq_state_bytes.load(Relaxed) as f64);
         }
     }
     // Tritium has no pinned host memory pool (Triton's is for GPU copies): a pool of 0 bytes.
     gauge!("nv_pinned_memory_pool_total_bytes").set(0.0);
     gauge!("nv_pinned_memory_pool_used_bytes").set(0.0);
-    if let Some(u) = cpu.utilization() {
-        gauge!("nv_cpu_utilization").set(u);
-    }
-    if let Some((total, used)) = system::memory() {
+    gauge!("nv_cpu_utilization").set(host.cpu_utilization().unwrap_or(0.0));
+    if let Some((total, used)) = host.memory() {
         gauge!("nv_cpu_memory_total_bytes").set(total as f64);
         gauge!("nv_cpu_memory_used_bytes").set(used as f64);
     }
 }
 
+/// The engine's own histograms: batch sizes, batcher waits, ensemble steps.
+fn histograms(server: &Server, out: &mut String) {
+    let (mut sizes, mut delays, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+    for model in server.repository.router().all() {
+        let labels = vec![("model", model.name().to_string()), ("version", model.version().to_string())];
+        let f = &model.handle.figures;
+        sizes.push((labels.clone(), f.batch_size.snapshot()));
+        delays.push((labels.clone(), f.batch_delay_us.snapshot()));
+        if let Some(figures) = &model.steps {
+            for (i, (step_model, h)) in figures.steps.iter().enumerate() {
+                let mut l = labels.clone();
+                l.push(("step", (i + 1).to_string()));
+                l.push(("step_model", step_model.clone()));
+                steps.push((l, h.snapshot()));
+            }
+        }
+    }
+    histogram::write(out, "tritium_batcher_batch_size", "Items in each batch the batcher handed to an instance", &sizes);
+    histogram::write(
+        out,
+        "tritium_batcher_delay_us",
+        "How long the oldest request of each batch waited in the batcher before dispatch, in microseconds",
+        &delays,
+    );
+    histogram::write(
+        out,
+        "tritium_ensemble_step_duration_us",
+        "Time from an ensemble step's request being queued in its model to its answer, in microseconds",
+        &steps,
+    );
+}
+
 /// One scrape's text: the families rebuilt from the statistics, then the per-request ones.
-fn render(server: &Server, cpu: &mut system::CpuSampler, config: &MetricsConfig, latency: &PrometheusHandle) -> String {
+fn render(server: &Server, host: &system::HostFigures, config: &MetricsConfig, latency: &PrometheusHandle) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     metrics::with_local_recorder(&recorder, || {
         describe();
-        refresh(server, cpu, config);
+        refresh(server, host, config);
     });
     let mut text = recorder.handle().render();
+    histograms(server, &mut text);
     let rest = latency.render();
     if !rest.trim().is_empty() {
         if !text.ends_with("\n\n") {
@@ -128,11 +173,11 @@ struct State {
     server: Arc<Server>,
     config: MetricsConfig,
     latency: PrometheusHandle,
-    cpu: parking_lot::Mutex<system::CpuSampler>,
+    host: Arc<system::HostFigures>,
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
-    let text = render(&state.server, &mut state.cpu.lock(), &state.config, &state.latency);
+    let text = render(&state.server, &state.host, &state.config, &state.latency);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
@@ -160,18 +205,14 @@ fn install_latency_recorder(config: &MetricsConfig) -> anyhow::Result<Prometheus
     Ok(handle)
 }
 
-/// Installs the recorder and returns the metrics HTTP server (not yet awaited), with Triton's
-/// default `--metrics-config`.
-pub fn serve(server: Arc<Server>, addr: SocketAddr) -> anyhow::Result<actix_web::dev::Server> {
-    serve_with(server, addr, MetricsConfig::default())
-}
-
-/// As `serve`, with the settings of `--metrics-config`. Call it before models load: the
-/// per-request families of a model are made when it loads (`observer`).
-pub fn serve_with(server: Arc<Server>, addr: SocketAddr, config: MetricsConfig) -> anyhow::Result<actix_web::dev::Server> {
+/// Installs the recorder and returns the metrics HTTP server (not yet awaited), with the
+/// settings of `--metrics-config` and host figures sampled every `interval`. Call it before
+/// models load: the per-request families of a model are made when it loads (`observer`).
+pub fn serve_with(server: Arc<Server>, addr: SocketAddr, config: MetricsConfig, interval: Duration) -> anyhow::Result<actix_web::dev::Server> {
     let latency = install_latency_recorder(&config)?;
     let _ = latency::CONFIG.set(config.clone());
-    let state = web::Data::new(State { server, config, latency, cpu: parking_lot::Mutex::new(system::CpuSampler::default()) });
+    let host = system::HostFigures::start(interval)?;
+    let state = web::Data::new(State { server, config, latency, host });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape)))
         .workers(1)
         .disable_signals()
@@ -184,7 +225,9 @@ pub fn serve_with(server: Arc<Server>, addr: SocketAddr, config: MetricsConfig) 
 mod tests {
     use std::time::Duration;
 
-    use tritium_actors::stats::RequestTimes;
+    use tritium_actors::stats::{RequestTimes, StatsObserver};
+
+    use super::latency::ModelLatency;
 
     use super::*;
 

@@ -1,5 +1,9 @@
-//! Host figures for `nv_cpu_*`: CPU utilization between two scrapes from /proc/stat, and
-//! memory from /proc/meminfo.
+//! Host figures for `nv_cpu_*`: CPU utilization from /proc/stat and memory from /proc/meminfo,
+//! sampled every `--metrics-interval-ms` (utilization is over the last interval, as Triton's).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Remembers the last /proc/stat reading to compute utilization over the interval.
 #[derive(Default)]
@@ -32,6 +36,53 @@ impl CpuSampler {
     }
 }
 
+/// The latest host sample, refreshed by a background thread.
+#[derive(Default)]
+pub struct HostFigures {
+    /// Utilization as f64 bits; `u64::MAX` until the first interval ends.
+    cpu_bits: AtomicU64,
+    mem_total: AtomicU64,
+    mem_used: AtomicU64,
+}
+
+impl HostFigures {
+    /// Starts sampling every `interval`.
+    pub fn start(interval: Duration) -> std::io::Result<Arc<HostFigures>> {
+        let figures = Arc::new(HostFigures { cpu_bits: AtomicU64::new(u64::MAX), ..Default::default() });
+        let f = figures.clone();
+        let mut cpu = CpuSampler::default();
+        let _ = cpu.utilization();
+        f.sample_memory();
+        std::thread::Builder::new().name("metrics-host".into()).spawn(move || loop {
+            std::thread::sleep(interval);
+            if let Some(u) = cpu.utilization() {
+                f.cpu_bits.store(u.to_bits(), Relaxed);
+            }
+            f.sample_memory();
+        })?;
+        Ok(figures)
+    }
+
+    fn sample_memory(&self) {
+        if let Some((total, used)) = memory() {
+            self.mem_total.store(total, Relaxed);
+            self.mem_used.store(used, Relaxed);
+        }
+    }
+
+    /// CPU utilization over the last interval, once one has passed.
+    pub fn cpu_utilization(&self) -> Option<f64> {
+        let bits = self.cpu_bits.load(Relaxed);
+        (bits != u64::MAX).then(|| f64::from_bits(bits))
+    }
+
+    /// (total, used) bytes of RAM at the last sample.
+    pub fn memory(&self) -> Option<(u64, u64)> {
+        let total = self.mem_total.load(Relaxed);
+        (total > 0).then(|| (total, self.mem_used.load(Relaxed)))
+    }
+}
+
 /// (total, used) bytes of RAM.
 pub fn memory() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -54,6 +105,15 @@ mod tests {
         assert!(total > 0 && used <= total);
         let mut cpu = CpuSampler::default();
         let u = cpu.utilization().expect("/proc/stat");
+        assert!((0.0..=1.0).contains(&u));
+    }
+
+    #[test]
+    fn samples_every_interval() {
+        let host = HostFigures::start(Duration::from_millis(20)).unwrap();
+        assert!(host.memory().is_some());
+        std::thread::sleep(Duration::from_millis(200));
+        let u = host.cpu_utilization().expect("an interval has passed");
         assert!((0.0..=1.0).contains(&u));
     }
 }

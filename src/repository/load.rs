@@ -19,6 +19,8 @@ pub struct Prepared {
     pub labels: HashMap<String, Vec<String>>,
     /// An ensemble's checked graph (its models are checked once they are loaded).
     pub graph: Option<crate::ensemble::Graph>,
+    /// An ensemble's per-step figures, by version.
+    pub steps: HashMap<i64, Arc<crate::ensemble::StepFigures>>,
 }
 
 fn read_config(dir: &ModelDir, override_json: Option<&str>, strict: bool) -> Result<ModelConfig> {
@@ -92,16 +94,21 @@ pub fn prepare(
     config::validate(&config)?;
     let labels = read_labels(&dir.path, &config)?;
     let graph = if crate::ensemble::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };
+    let mut steps = HashMap::new();
     let versions = versions
         .into_iter()
         .map(|v| {
             let policy = config::to_policy(&config, v, Some(&dir.path))?;
             let factory: Arc<dyn BackendFactory> = match &graph {
-                Some(g) => Arc::new(crate::ensemble::EnsembleFactory::new(g.clone(), router.clone())),
+                Some(g) => {
+                    let figures = Arc::new(crate::ensemble::StepFigures::new(g));
+                    steps.insert(v, figures.clone());
+                    Arc::new(crate::ensemble::EnsembleFactory::new(g.clone(), router.clone(), figures))
+                }
                 None => backends::factory(&config, &dir.path, v, env)?,
             };
             Ok((policy, factory))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Prepared { config, versions, labels, graph })
+    Ok(Prepared { config, versions, labels, graph, steps })
 }

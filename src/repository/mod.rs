@@ -90,10 +90,6 @@ impl RepositoryManager {
         &self.router
     }
 
-    pub fn mode(&self) -> ControlMode {
-        self.opts.mode
-    }
-
     /// Ready once the start-up loads are done and (with strict readiness) every model that
     /// should be loaded is READY.
     pub fn is_ready(&self) -> bool {
@@ -236,14 +232,16 @@ impl RepositoryManager {
             self.set_record(&name, |r| {
                 r.versions.entry(version).or_insert((ModelState::Loading, String::new()));
             });
+            let decoupled = policy.decoupled;
             match ModelHandle::load(&self.engine, policy, factory).await {
                 Ok(handle) => started.push((
                     version,
                     Arc::new(LoadedModel {
-                        handle,
+                        handle: observed(handle, &name, version, decoupled),
                         config: prepared.config.clone(),
                         labels: prepared.labels.clone(),
                         composing: composing.clone(),
+                        steps: prepared.steps.get(&version).cloned(),
                     }),
                 )),
                 Err(e) => {
@@ -406,4 +404,13 @@ impl RepositoryManager {
         }
         out
     }
+}
+
+/// Hands each request of a freshly loaded model to the metrics endpoint's per-request families
+/// (`--metrics-config`), when it has any.
+fn observed(handle: ModelHandle, name: &str, version: i64, decoupled: bool) -> ModelHandle {
+    if let Some(latency) = crate::metrics::observer(name, &version.to_string(), decoupled) {
+        handle.stats.set_observer(Box::new(latency));
+    }
+    handle
 }

@@ -56,11 +56,6 @@ impl Router {
         self.models.insert(name.to_string(), Arc::new(versions));
     }
 
-    /// Drops a model the repository no longer has.
-    pub fn forget(&self, name: &str) {
-        self.models.remove(name);
-    }
-
     pub fn current(&self, name: &str) -> BTreeMap<i64, Arc<LoadedModel>> {
         self.models.get(name).map(|v| (**v).clone()).unwrap_or_default()
     }

@@ -7,6 +7,7 @@ mod error;
 mod handlers;
 mod infer;
 mod infer_json;
+mod observe;
 mod shm;
 mod stats_json;
 mod tensor_json;
@@ -16,8 +17,6 @@ use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpResponse, HttpServer};
-
-pub use error::{status_of, HttpError, HttpResult};
 
 use crate::server::Server;
 
@@ -51,6 +50,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/v2/health/ready").get(handlers::ready).to(method_not_allowed))
         .service(web::resource("/v2/models/stats").get(handlers::all_stats).to(method_not_allowed))
         .service(web::resource("/v2/repository/index").post(handlers::repository_index).to(method_not_allowed))
+        .service(web::resource("/v2/logging").get(observe::get_logging).post(observe::post_logging).to(method_not_allowed))
+        .service(web::resource("/v2/trace/setting").get(observe::get_trace).post(observe::post_trace).to(method_not_allowed))
+        .service(
+            web::resource("/v2/models/{model}/trace/setting")
+                .get(observe::get_model_trace)
+                .post(observe::post_model_trace)
+                .to(method_not_allowed),
+        )
         .service(web::resource("/v2/repository/models/{model}/load").post(handlers::load).to(method_not_allowed))
         .service(web::resource("/v2/repository/models/{model}/unload").post(handlers::unload).to(method_not_allowed))
         .service(web::resource("/v2/systemsharedmemory/status").get(shm::system_status_all).to(method_not_allowed))
