@@ -133,7 +133,14 @@ pub struct SequencePolicy {
     pub states: Vec<StateSpec>,
     /// Sequences that may wait for a slot; a new sequence beyond it is refused at once.
     pub max_backlog: usize,
+    /// How long a request of an unknown sequence, without START, waits for its START to arrive
+    /// (separate unary calls of one sequence can reach the server out of order) before it is
+    /// refused as Triton refuses it. Zero refuses at once.
+    pub start_grace: Duration,
 }
+
+/// The default `start_grace`.
+pub const DEFAULT_START_GRACE: Duration = Duration::from_millis(50);
 
 impl SequencePolicy {
     pub fn control(&self, kind: ControlKind) -> Option<&ControlSpec> {

@@ -83,10 +83,19 @@ impl Queue {
         }
     }
 
+    /// Requests refused with their own error once their time is up (a sequence request whose
+    /// START never came).
+    pub fn take_refused(&mut self, now: Instant) -> Vec<(Pending, Error)> {
+        match self {
+            Queue::Batch(_) => Vec::new(),
+            Queue::Sequence(s) => s.take_orphans_expired(now),
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<Instant> {
         match self {
             Queue::Batch(b) => b.next_deadline(),
-            Queue::Sequence(_) => None,
+            Queue::Sequence(s) => s.next_deadline(),
         }
     }
 

@@ -52,6 +52,9 @@ impl Scheduler {
         for p in self.batcher.take_expired(Instant::now()) {
             p.fail(&self.stats, Error::unavailable("Request timeout expired"));
         }
+        for (p, e) in self.batcher.take_refused(Instant::now()) {
+            p.fail(&self.stats, e);
+        }
         loop {
             let now = Instant::now();
             let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();

@@ -95,6 +95,9 @@ pub struct SequenceBatcher {
     queued: usize,
     capacity: usize,
     next_order: u64,
+    /// Requests of unknown sequences without START, held until their START comes or their
+    /// grace ends: (id, request, deadline), in order of arrival (and so of deadline).
+    orphans: VecDeque<(CorrelationId, Pending, Instant)>,
     store: StateStore,
     figures: Arc<ModelFigures>,
 }
@@ -124,6 +127,7 @@ impl SequenceBatcher {
             queued: 0,
             capacity: policy.queue_capacity,
             next_order: 0,
+            orphans: VecDeque::new(),
             store: Arc::new(Mutex::new(HashMap::new())),
             figures,
         }
@@ -202,17 +206,17 @@ impl SequenceBatcher {
         } else if let Some((_, seq)) = self.backlog.iter_mut().find(|(b, _)| *b == id) {
             seq.queue.push_back(p);
         } else if !flags.start {
-            let e = Error::invalid(format!(
-                "inference request for sequence {id} to model '{}' must specify the START flag on the first request of the sequence",
-                self.model
-            ));
-            return Err((p, e));
+            if self.policy.start_grace.is_zero() {
+                return Err((p, self.no_start(&id)));
+            }
+            // Its START may be on its way: hold it for the grace period (see `adopt_orphans`).
+            self.orphans.push_back((id, p, now + self.policy.start_grace));
         } else {
             let order = self.next_order;
             self.next_order += 1;
             let mut seq = Sequence { queue: VecDeque::from([p]), in_flight: None, slot: None, ending: false, last_active: now, order };
             match self.free_slot() {
-                Some(slot) => self.activate(id, seq, slot),
+                Some(slot) => self.activate(id.clone(), seq, slot),
                 None if self.backlog.len() >= self.policy.max_backlog => {
                     let p = seq.queue.pop_front().expect("the new sequence's request");
                     let e = Error::unavailable(format!(
@@ -222,12 +226,57 @@ impl SequenceBatcher {
                     ));
                     return Err((p, e));
                 }
-                None => self.backlog.push_back((id, seq)),
+                None => self.backlog.push_back((id.clone(), seq)),
             }
+            self.adopt_orphans(&id);
         }
         self.queued += 1;
         self.publish();
         Ok(())
+    }
+
+    fn no_start(&self, id: &CorrelationId) -> Error {
+        Error::invalid(format!(
+            "inference request for sequence {id} to model '{}' must specify the START flag on the first request of the sequence",
+            self.model
+        ))
+    }
+
+    /// A sequence just started: the requests of its id that arrived before its START (held as
+    /// orphans) follow the START, in their order of arrival.
+    fn adopt_orphans(&mut self, id: &CorrelationId) {
+        if !self.orphans.iter().any(|(o, _, _)| o == id) {
+            return;
+        }
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) = self.orphans.drain(..).partition(|(o, _, _)| o == id);
+        self.orphans = rest;
+        let queue = match self.active.get_mut(id) {
+            Some(seq) => &mut seq.queue,
+            None => &mut self.backlog.iter_mut().find(|(b, _)| b == id).expect("just started").1.queue,
+        };
+        for (_, p, _) in mine {
+            queue.push_back(p);
+        }
+    }
+
+    /// Held requests whose START did not come within the grace period, with Triton's error.
+    pub fn take_orphans_expired(&mut self, now: Instant) -> Vec<(Pending, Error)> {
+        let mut out = Vec::new();
+        while self.orphans.front().is_some_and(|(_, _, deadline)| *deadline <= now) {
+            let (id, p, _) = self.orphans.pop_front().expect("checked");
+            self.queued -= 1;
+            let e = self.no_start(&id);
+            out.push((p, e));
+        }
+        if !out.is_empty() {
+            self.publish();
+        }
+        out
+    }
+
+    /// When the oldest held request's grace ends.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.orphans.front().map(|(_, _, d)| *d)
     }
 
     /// Puts a dispatched request back at the head of its sequence (its instance was gone).
@@ -443,6 +492,9 @@ impl SequenceBatcher {
             *q = keep;
             gone.extend(g);
         }
+        let (g, keep): (VecDeque<_>, VecDeque<_>) = self.orphans.drain(..).partition(|(_, p, _)| p.reply.is_closed());
+        self.orphans = keep;
+        gone.extend(g.into_iter().map(|(_, p, _)| p));
         self.queued -= gone.len();
         // A backlogged sequence with nothing left to run is dropped.
         self.backlog.retain(|(_, s)| !s.queue.is_empty());
@@ -458,6 +510,7 @@ impl SequenceBatcher {
         for (_, mut s) in self.backlog.drain(..) {
             all.extend(s.queue.drain(..));
         }
+        all.extend(self.orphans.drain(..).map(|(_, p, _)| p));
         self.queued = 0;
         self.publish();
         all

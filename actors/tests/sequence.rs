@@ -63,11 +63,14 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
                 initial: InitialState::Zero,
             }],
             max_backlog: 2,
+            start_grace: GRACE,
         }),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
     }
 }
+
+const GRACE: Duration = Duration::from_millis(50);
 
 async fn load(policy: ModelPolicy) -> (ModelHandle, Arc<AtomicBool>) {
     let panicked = Arc::new(AtomicBool::new(false));
@@ -105,6 +108,35 @@ async fn state_is_per_sequence_and_resets_at_start() {
     assert!(e.message.contains("must specify the START flag"), "{e}");
     assert!(model.figures.seq_state_bytes.load(Ordering::Relaxed) > 0, "sequence 2 still holds state");
     model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_request_that_overtakes_its_start_waits_for_it() {
+    // Two unary calls of one sequence may reach the server out of order (perf_analyzer sends a
+    // sequence's END while its START is in flight): the early one waits for its START.
+    let (model, _) = load(policy(1, 4, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    let m = Arc::new(model);
+    let m2 = m.clone();
+    let early = tokio::spawn(async move { send(&m2, 9, 2, false, true).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!early.is_finished(), "held for its START");
+    assert_eq!(send(&m, 9, 5, true, false).await.unwrap(), 5, "the START runs first");
+    assert_eq!(early.await.unwrap().unwrap(), 7, "then the request that came early, with the START's state");
+    // The slot is freed once the scheduler hears the instance finished, just after the answer.
+    for _ in 0..100 {
+        if m.figures.seq_active.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(m.figures.seq_active.load(Ordering::Relaxed), 0, "its END ended the sequence");
+    // No START within the grace: Triton's error, once the grace is over.
+    let started = std::time::Instant::now();
+    let e = send(&m, 10, 1, false, false).await.unwrap_err();
+    assert!(e.message.contains("must specify the START flag"), "{e}");
+    assert!(started.elapsed() >= GRACE && started.elapsed() < GRACE * 20, "{:?}", started.elapsed());
+    assert_eq!(m.figures.queue_len.load(Ordering::Relaxed), 0);
+    m.unload().await;
 }
 
 #[actix_rt::test]

@@ -103,8 +103,17 @@ pub fn sequence_policy(
             ))
         })?,
     };
+    let start_grace = match parameters.get("sequence_start_grace_ms") {
+        None => tritium_actors::policy::DEFAULT_START_GRACE,
+        Some(p) => Duration::from_millis(p.string_value.trim().parse::<u64>().map_err(|_| {
+            Error::invalid(format!(
+                "model '{model}': parameter 'sequence_start_grace_ms' must be a non-negative integer, got '{}'",
+                p.string_value
+            ))
+        })?),
+    };
     let idle = if sb.max_sequence_idle_microseconds == 0 { DEFAULT_MAX_IDLE_US } else { sb.max_sequence_idle_microseconds };
-    Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states, max_backlog })
+    Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states, max_backlog, start_grace })
 }
 
 #[cfg(test)]
