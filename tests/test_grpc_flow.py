@@ -1,0 +1,92 @@
+"""Flow control on ModelStreamInfer: a client that sends many large requests on one stream and
+does not read the answers makes the server stop taking its requests (HTTP/2 back-pressure
+reaches the sender) instead of buffering them without bound; once the client reads, every
+request is answered, matched by id."""
+import threading
+import time
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+MODEL = """
+name: "echo"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+FLOATS = 64 * 1024           # 256 KiB per request and per answer
+REQUESTS = 3000              # 750 MiB each way if the server buffered everything
+MAX_IN_FLIGHT = 256          # src/frontends/grpc/stream.rs
+OUT_BUFFER = 64
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_slow_reader_stops_the_server_taking_more_of_its_requests(start_server, tmp_path):
+    repo = tmp_path / "models"
+    (repo / "echo" / "1").mkdir(parents=True)
+    (repo / "echo" / "config.pbtxt").write_text(MODEL)
+    srv = start_server(repo, args=["--grpc-max-message-size", str(8 << 20)])
+    pid = srv.proc.pid
+    payload = np.arange(FLOATS, dtype=np.float32)
+    raw = payload.tobytes()
+    sent = [0]
+
+    def requests():
+        for i in range(REQUESTS):
+            r = service_pb2.ModelInferRequest(model_name="echo", id=str(i))
+            r.inputs.add(name="INPUT0", datatype="FP32", shape=[FLOATS])
+            r.raw_input_contents.append(raw)
+            sent[0] += 1
+            yield r
+
+    channel = grpc.insecure_channel(srv.grpc_url, options=[("grpc.max_receive_message_length", 8 << 20),
+                                                            ("grpc.max_send_message_length", 8 << 20)])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    try:
+        before = rss_bytes(pid)
+        responses = stub.ModelStreamInfer(requests())
+        # Not reading: the sender stalls once the server's in-flight and answer bounds (plus the
+        # HTTP/2 windows) are full.
+        stalled_at, last = None, -1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            if sent[0] == last:
+                stalled_at = sent[0]
+                break
+            last = sent[0]
+        assert stalled_at is not None, f"the sender never stalled ({sent[0]} sent)"
+        assert stalled_at < REQUESTS // 3, f"{stalled_at} of {REQUESTS} requests taken while nobody read"
+        grown = rss_bytes(pid) - before
+        print(f"stalled at {stalled_at}, grown {grown >> 20} MiB")
+        # Bounded: what the in-flight and answer bounds allow (a request and an answer each),
+        # with room for the allocator; nowhere near the 1.5 GiB of buffering everything.
+        bound = 2 * (MAX_IN_FLIGHT + OUT_BUFFER) * len(raw) * 2
+        assert grown < bound, f"server grew {grown >> 20} MiB with {stalled_at} requests taken (bound {bound >> 20} MiB)"
+
+        # Reading now: every request is answered, once, with its own data.
+        seen = set()
+        for r in responses:
+            assert not r.error_message, r.error_message
+            ir = r.infer_response
+            assert ir.id not in seen, ir.id
+            seen.add(ir.id)
+            out = np.frombuffer(ir.raw_output_contents[0], dtype=np.float32)
+            assert out.shape == (FLOATS,) and out[-1] == FLOATS - 1
+            if len(seen) == REQUESTS:
+                break
+        assert seen == {str(i) for i in range(REQUESTS)}
+        assert srv.alive()
+    finally:
+        channel.close()
