@@ -181,8 +181,11 @@ impl Batcher {
             })
     }
 
-    /// The next batch, if one should go now. Requests are taken in priority order.
-    pub fn next(&mut self, now: Instant) -> Next {
+    /// The next batch, if one should go now. Requests are taken in priority order. `idle`:
+    /// no instance is executing, so a lone request goes at once — no request of this model is
+    /// in the server that could bring another one to join it, and waiting `max_delay` would
+    /// only add latency (under load requests queue behind running ones and the delay applies).
+    pub fn next(&mut self, now: Instant, idle: bool) -> Next {
         let Some(head) = self.entries().next().map(|e| &e.p) else { return Next::Empty };
         if !self.dynamic {
             return Next::Batch(vec![self.pop_front().expect("not empty")]);
@@ -206,7 +209,8 @@ impl Batcher {
         let deadline = head.enqueued + self.max_delay;
         let full = items >= self.max_items || blocked;
         let preferred_hit = self.preferred.binary_search(&items).is_ok();
-        let ready = full || preferred_hit || self.max_delay.is_zero() || now >= deadline;
+        let lone = idle && count == 1 && self.len() == 1;
+        let ready = full || preferred_hit || lone || self.max_delay.is_zero() || now >= deadline;
         if !ready {
             return Next::WaitUntil(deadline);
         }
@@ -270,9 +274,9 @@ mod tests {
         let now = Instant::now();
         b.push(pending(2, 4, now)).unwrap();
         b.push(pending(3, 4, now)).unwrap();
-        assert_eq!(sizes(b.next(now)), vec![2]);
-        assert_eq!(sizes(b.next(now)), vec![3]);
-        assert!(matches!(b.next(now), Next::Empty));
+        assert_eq!(sizes(b.next(now, false)), vec![2]);
+        assert_eq!(sizes(b.next(now, false)), vec![3]);
+        assert!(matches!(b.next(now, false), Next::Empty));
     }
 
     #[test]
@@ -281,12 +285,25 @@ mod tests {
         let mut b = Batcher::new(&policy(Some(DynamicBatchPolicy { max_queue_delay: delay, ..Default::default() })));
         let t0 = Instant::now();
         b.push(pending(1, 4, t0)).unwrap();
-        match b.next(t0) {
+        match b.next(t0, false) {
             Next::WaitUntil(at) => assert_eq!(at, t0 + delay),
             other => panic!("{other:?}"),
         }
         b.push(pending(2, 4, t0)).unwrap();
-        assert_eq!(sizes(b.next(t0 + delay)), vec![1, 2]);
+        assert_eq!(sizes(b.next(t0 + delay, false)), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_lone_request_on_an_idle_model_goes_at_once() {
+        let delay = Duration::from_millis(5);
+        let mut b = Batcher::new(&policy(Some(DynamicBatchPolicy { max_queue_delay: delay, ..Default::default() })));
+        let t0 = Instant::now();
+        b.push(pending(1, 4, t0)).unwrap();
+        assert_eq!(sizes(b.next(t0, true)), vec![1], "nothing executing, nothing else queued");
+        b.push(pending(2, 4, t0)).unwrap();
+        b.push(pending(3, 4, t0)).unwrap();
+        assert!(matches!(b.next(t0, true), Next::WaitUntil(_)), "two queued: they wait for more to join");
+        assert_eq!(sizes(b.next(t0 + delay, true)), vec![2, 3]);
     }
 
     #[test]
@@ -295,12 +312,12 @@ mod tests {
         let now = Instant::now();
         b.push(pending(1, 4, now)).unwrap();
         b.push(pending(1, 5, now)).unwrap();
-        assert_eq!(sizes(b.next(now)), vec![1]);
-        assert_eq!(sizes(b.next(now)), vec![1]);
+        assert_eq!(sizes(b.next(now, false)), vec![1]);
+        assert_eq!(sizes(b.next(now, false)), vec![1]);
         for _ in 0..3 {
             b.push(pending(3, 4, now)).unwrap();
         }
-        assert_eq!(sizes(b.next(now)), vec![3, 3]);
+        assert_eq!(sizes(b.next(now, false)), vec![3, 3]);
     }
 
     #[test]
@@ -314,14 +331,14 @@ mod tests {
         for _ in 0..4 {
             b.push(pending(1, 4, now)).unwrap();
         }
-        assert_eq!(sizes(b.next(now)).len(), 4);
+        assert_eq!(sizes(b.next(now, false)).len(), 4);
         for _ in 0..5 {
             b.push(pending(1, 4, now)).unwrap();
         }
         // 5 queued, max 8, preferred 4: not full and 5 is not preferred, so it waits...
-        assert!(matches!(b.next(now), Next::WaitUntil(_)));
+        assert!(matches!(b.next(now, false), Next::WaitUntil(_)));
         // ...and at the deadline it sends the largest preferred size it can.
-        assert_eq!(sizes(b.next(now + Duration::from_secs(10))).len(), 4);
+        assert_eq!(sizes(b.next(now + Duration::from_secs(10), false)).len(), 4);
     }
 
     #[test]
@@ -364,7 +381,7 @@ mod tests {
         b.push(with_priority(pending(1, 4, now), 0, 0)).unwrap(); // default = level 2
         b.push(with_priority(pending(2, 4, now), 1, 0)).unwrap();
         b.push(with_priority(pending(3, 4, now), 9, 0)).unwrap(); // past the lowest = level 2
-        assert_eq!(sizes(b.next(now)), vec![2, 1, 3], "level 1 first, then level 2 in order");
+        assert_eq!(sizes(b.next(now, false)), vec![2, 1, 3], "level 1 first, then level 2 in order");
         b.push(with_priority(pending(1, 4, now), 1, 0)).unwrap();
         b.push(with_priority(pending(1, 4, now), 1, 0)).unwrap();
         assert!(b.push(with_priority(pending(1, 4, now), 1, 0)).is_err(), "level 1 holds 2");
@@ -390,6 +407,6 @@ mod tests {
         b.push(with_priority(pending(1, 4, t0), 1, 0)).unwrap(); // times out: delayed
         b.push(with_priority(pending(2, 4, t0 + Duration::from_millis(15)), 2, 0)).unwrap();
         assert!(b.take_expired(t0 + Duration::from_millis(20)).is_empty(), "DELAY keeps the request");
-        assert_eq!(sizes(b.next(t0 + Duration::from_millis(20))), vec![2, 1], "behind every request that has not timed out");
+        assert_eq!(sizes(b.next(t0 + Duration::from_millis(20), false)), vec![2, 1], "behind every request that has not timed out");
     }
 }

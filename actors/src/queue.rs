@@ -40,10 +40,11 @@ impl Queue {
         }
     }
 
-    /// The next batch for the free instance `instance` (the dynamic batcher serves any).
-    pub fn next(&mut self, instance: usize, now: Instant) -> Next {
+    /// The next batch for the free instance `instance` (the dynamic batcher serves any);
+    /// `idle`: no instance of the model is executing.
+    pub fn next(&mut self, instance: usize, now: Instant, idle: bool) -> Next {
         match self {
-            Queue::Batch(b) => b.next(now),
+            Queue::Batch(b) => b.next(now, idle),
             Queue::Sequence(s) => s.next(instance, now),
         }
     }

@@ -6,7 +6,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{Actor, AsyncContext, Context, Handler, Message, SpawnHandle};
+use actix::{Actor, AsyncContext, Context, Handler, Message};
 use tokio::sync::oneshot;
 
 use crate::batcher::Next;
@@ -29,7 +29,8 @@ pub struct Scheduler {
     figures: Arc<ModelFigures>,
     batcher: Queue,
     slots: Vec<Slot>,
-    wake: Option<(Instant, SpawnHandle)>,
+    /// The deadline a timer is set for.
+    wake: Option<Instant>,
     drained: Vec<oneshot::Sender<()>>,
     draining: bool,
 }
@@ -60,8 +61,10 @@ impl Scheduler {
             let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
             let mut wait: Option<Instant> = None;
             let mut found = None;
+            // Nothing executing: a lone queued request has nothing to wait for.
+            let idle = self.slots.iter().all(|s| !s.busy);
             for idx in free {
-                match self.batcher.next(idx, now) {
+                match self.batcher.next(idx, now, idle) {
                     Next::Empty => continue,
                     Next::WaitUntil(at) => wait = Some(wait.map_or(at, |w: Instant| w.min(at))),
                     Next::Batch(batch) => {
@@ -77,16 +80,11 @@ impl Scheduler {
                     (a, b) => a.or(b),
                 };
                 if let Some(at) = wait {
-                    if self.wake.as_ref().is_none_or(|(t, _)| *t != at) {
-                        if let Some((_, h)) = self.wake.take() {
-                            ctx.cancel_future(h);
-                        }
-                        let delay = at.saturating_duration_since(Instant::now());
-                        let h = ctx.run_later(delay, |act, ctx| {
-                            act.wake = None;
-                            act.pump(ctx);
-                        });
-                        self.wake = Some((at, h));
+                    // One timer per earliest deadline; a wake that finds nothing due only pumps.
+                    if self.wake.is_none_or(|t| at < t || t <= Instant::now()) {
+                        self.wake = Some(at);
+                        let addr = ctx.address();
+                        crate::timer::at(at, move || addr.do_send(Wake(at)));
                     }
                 }
                 break;
@@ -168,6 +166,21 @@ impl Handler<Enqueue> for Scheduler {
         }
         if let Err((p, e)) = self.batcher.push(p) {
             return p.fail(&self.stats, e);
+        }
+        self.pump(ctx);
+    }
+}
+
+/// A batcher deadline passed.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Wake(Instant);
+
+impl Handler<Wake> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, Wake(at): Wake, ctx: &mut Context<Self>) {
+        if self.wake == Some(at) {
+            self.wake = None;
         }
         self.pump(ctx);
     }

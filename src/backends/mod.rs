@@ -65,6 +65,18 @@ fn thread_parameter(config: &ModelConfig, key: &str) -> Result<Option<usize>> {
     })
 }
 
+/// Without `intra_op_thread_count`, N instances of a model split the cores between them (each
+/// session would otherwise start a thread per core, and N of them on the same cores slow each
+/// other down); a single instance keeps ONNX Runtime's default (one thread per core).
+fn shared_intra_threads(config: &ModelConfig) -> Option<usize> {
+    let instances: usize = config.instance_group.iter().map(|g| g.count.max(1) as usize).sum();
+    if instances <= 1 {
+        return None;
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    Some((cores / instances).max(1))
+}
+
 /// The factory that makes instances of one version of a normalized, validated config.
 pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &BackendEnv) -> Result<Arc<dyn BackendFactory>> {
     match config.backend.as_str() {
@@ -79,7 +91,7 @@ pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &Backe
             }
             onnx::init_runtime(&env.onnxruntime_library())?;
             let options = onnx::OnnxOptions {
-                intra_op_threads: thread_parameter(config, "intra_op_thread_count")?,
+                intra_op_threads: thread_parameter(config, "intra_op_thread_count")?.or_else(|| shared_intra_threads(config)),
                 inter_op_threads: thread_parameter(config, "inter_op_thread_count")?,
             };
             Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
@@ -100,5 +112,23 @@ pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &Backe
             "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity, repeat, square, tokenizer, pooling)",
             config.name
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelInstanceGroup;
+
+    #[test]
+    fn instances_share_the_cores_unless_the_config_says() {
+        let mut config = ModelConfig { name: "m".into(), ..Default::default() };
+        config.instance_group = vec![ModelInstanceGroup { count: 1, ..Default::default() }];
+        assert_eq!(shared_intra_threads(&config), None, "one instance keeps ONNX Runtime's default");
+        config.instance_group = vec![ModelInstanceGroup { count: 2, ..Default::default() }, ModelInstanceGroup { count: 62, ..Default::default() }];
+        assert_eq!(shared_intra_threads(&config), Some(1), "never below one thread");
+        let cores = std::thread::available_parallelism().unwrap().get();
+        config.instance_group = vec![ModelInstanceGroup { count: 2, ..Default::default() }];
+        assert_eq!(shared_intra_threads(&config), Some((cores / 2).max(1)));
     }
 }
