@@ -36,7 +36,8 @@ fn init_observe(cli: &Cli) -> anyhow::Result<()> {
         format: cli.log_format,
         file: cli.log_file.clone(),
     };
-    observe::logging::init(&log).with_context(|| format!("cannot open the log file {:?}", cli.log_file))?;
+    let file = cli.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    observe::logging::init(&log).with_context(|| format!("cannot open the log file {file}"))?;
     let legacy = observe::trace::LegacyTraceFlags {
         file: cli.trace_file.clone(),
         level: cli.trace_level.clone(),

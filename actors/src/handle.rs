@@ -11,7 +11,7 @@ use crate::backend::BackendFactory;
 use crate::error::{Error, Result};
 use crate::figures::ModelFigures;
 use crate::instance::Pending;
-use crate::policy::ModelPolicy;
+use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::request::{InferRequest, InferResponse, Reply};
 use crate::scheduler::{Enqueue, Scheduler};
 use crate::stats::{FailureReason, ModelStats};
@@ -46,6 +46,8 @@ pub struct ModelHandle {
     pub figures: Arc<ModelFigures>,
     scheduler: Addr<Scheduler>,
     supervisor: Addr<Supervisor>,
+    /// `preserve_ordering`: answers leave in acceptance order.
+    order: Option<Arc<crate::ordering::OrderGate>>,
 }
 
 impl std::fmt::Debug for ModelHandle {
@@ -66,7 +68,9 @@ impl ModelHandle {
         let (tx, rx) = oneshot::channel();
         let (p, s, f, sch) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone());
         let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx));
-        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor };
+        let ordered = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
+        let order = ordered.then(|| Arc::new(crate::ordering::OrderGate::default()));
+        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order };
         match rx.await {
             Ok(Ok(())) => Ok(handle),
             Ok(Err(e)) => {
@@ -88,6 +92,10 @@ impl ModelHandle {
         // A request that fails validation never reaches the model: Triton counts it in no
         // statistic and no failure reason.
         validate_request(&self.policy, &mut request)?;
+        let reply = match &self.order {
+            Some(gate) => gate.wrap(reply),
+            None => reply,
+        };
         let batch_size = request.batch_size(self.policy.batches());
         let received = request.received;
         if let Some(trace) = &request.trace {

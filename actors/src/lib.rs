@@ -7,6 +7,7 @@ pub mod batch;
 pub mod batcher;
 pub mod error;
 pub mod figures;
+pub mod ordering;
 pub mod timer;
 pub mod handle;
 pub mod instance;

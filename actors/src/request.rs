@@ -125,6 +125,8 @@ pub enum Reply {
     /// Any number of responses; the stream ends with a response whose `is_final` is set,
     /// or with an error.
     Stream(mpsc::UnboundedSender<Result<InferResponse>>),
+    /// One answer, released in the model's acceptance order (`preserve_ordering`).
+    Ordered(crate::ordering::OrderedReply),
 }
 
 impl std::fmt::Debug for Reply {
@@ -132,6 +134,7 @@ impl std::fmt::Debug for Reply {
         f.write_str(match self {
             Reply::Once(_) => "Reply::Once",
             Reply::Stream(_) => "Reply::Stream",
+            Reply::Ordered(_) => "Reply::Ordered",
         })
     }
 }
@@ -147,6 +150,7 @@ impl Reply {
         match self {
             Reply::Once(tx) => tx.is_closed(),
             Reply::Stream(tx) => tx.is_closed(),
+            Reply::Ordered(o) => o.inner().is_closed(),
         }
     }
 
@@ -159,6 +163,7 @@ impl Reply {
             Reply::Stream(tx) => {
                 let _ = tx.send(result);
             }
+            Reply::Ordered(o) => o.send(result),
         }
     }
 
@@ -171,6 +176,7 @@ impl Reply {
             Reply::Stream(tx) => tx
                 .send(Ok(response))
                 .map_err(|_| Error::cancelled("the client closed the stream")),
+            Reply::Ordered(_) => Err(Error::unsupported("preserve_ordering does not apply to decoupled responses")),
         }
     }
 }

@@ -235,3 +235,47 @@ async fn a_full_queue_answers_unavailable_at_once() {
     assert!(results.iter().filter(|r| r.is_ok()).count() >= 3);
     model.unload().await;
 }
+
+/// Sleeps for as many milliseconds as its first input element, then echoes the input.
+struct SleepByValue;
+
+impl Backend for SleepByValue {
+    fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        let input = &batch.inputs[0];
+        let ms = f32::from_le_bytes(input.data[..4].try_into().unwrap());
+        std::thread::sleep(Duration::from_millis(ms as u64));
+        Ok(vec![Tensor::new("OUT", DataType::F32, input.shape.clone(), input.data.clone())])
+    }
+}
+
+/// Two instances; a slow request then a fast one: the order their answers arrive in.
+async fn answer_order(preserve_ordering: bool) -> Vec<u32> {
+    let engine = Engine::new();
+    let dynamic = DynamicBatchPolicy { preserve_ordering, ..Default::default() };
+    let factory: Arc<dyn BackendFactory> =
+        Arc::new(|_: &InstanceSpec| -> Result<Box<dyn Backend>> { Ok(Box::new(SleepByValue) as Box<dyn Backend>) });
+    let model = Arc::new(ModelHandle::load(&engine.handle(), policy(2, Some(dynamic)), factory).await.unwrap());
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut calls = Vec::new();
+    for (i, ms) in [(0u32, 150.0f32), (1, 1.0), (2, 1.0)] {
+        let (model, order) = (model.clone(), order.clone());
+        calls.push(tokio::spawn(async move {
+            let r = model.infer(request([ms, i as f32])).await.unwrap();
+            assert_eq!(values(&r), vec![ms, i as f32], "each request gets its own answer");
+            order.lock().unwrap().push(i);
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for c in calls {
+        c.await.unwrap();
+    }
+    model.unload().await;
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+#[actix_rt::test]
+async fn preserve_ordering_answers_in_the_order_requests_came() {
+    assert_eq!(answer_order(false).await, vec![1, 2, 0], "control: the fast requests overtake the slow one");
+    assert_eq!(answer_order(true).await, vec![0, 1, 2], "preserve_ordering holds them behind it");
+}

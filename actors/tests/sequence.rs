@@ -70,6 +70,16 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
     }
 }
 
+/// Waits (up to a second) for a figure the actors publish just after they answer.
+async fn settle(done: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 const GRACE: Duration = Duration::from_millis(50);
 
 async fn load(policy: ModelPolicy) -> (ModelHandle, Arc<AtomicBool>) {
@@ -123,18 +133,15 @@ async fn a_request_that_overtakes_its_start_waits_for_it() {
     assert_eq!(send(&m, 9, 5, true, false).await.unwrap(), 5, "the START runs first");
     assert_eq!(early.await.unwrap().unwrap(), 7, "then the request that came early, with the START's state");
     // The slot is freed once the scheduler hears the instance finished, just after the answer.
-    for _ in 0..100 {
-        if m.figures.seq_active.load(Ordering::Relaxed) == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    settle(|| m.figures.seq_active.load(Ordering::Relaxed) == 0).await;
     assert_eq!(m.figures.seq_active.load(Ordering::Relaxed), 0, "its END ended the sequence");
     // No START within the grace: Triton's error, once the grace is over.
     let started = std::time::Instant::now();
     let e = send(&m, 10, 1, false, false).await.unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
     assert!(started.elapsed() >= GRACE && started.elapsed() < GRACE * 20, "{:?}", started.elapsed());
+    // The figure is published when the scheduler's turn ends, just after the answer.
+    settle(|| m.figures.queue_len.load(Ordering::Relaxed) == 0).await;
     assert_eq!(m.figures.queue_len.load(Ordering::Relaxed), 0);
     m.unload().await;
 }

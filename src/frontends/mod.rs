@@ -5,3 +5,4 @@ pub mod classification;
 pub mod grpc;
 pub mod http;
 pub mod params;
+pub mod request_log;

@@ -16,8 +16,12 @@ use std::time::Duration;
 
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
 use tritium_actors::Error;
 
+use crate::frontends::request_log::request_span;
+use crate::observe::trace::TraceValue;
+use crate::observe::SettingValue;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::server::{ModelStatistics, Server};
@@ -206,7 +210,8 @@ impl GrpcInferenceService for GrpcService {
     }
 
     async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> Result<Response<pb::ModelInferResponse>, Status> {
-        let Decoded { request, shm_outputs } = decode(request.into_inner()).or_status()?;
+        let read = std::time::Instant::now();
+        let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
         let model = self.server.model(&request.model, request.version).or_status()?;
         if model.handle.policy.decoupled {
             return Err(status(Error::unsupported(format!(
@@ -214,11 +219,43 @@ impl GrpcInferenceService for GrpcService {
                 request.model
             ))));
         }
-        let requested = request.outputs.clone();
-        // Dropping this future (the client cancelled) closes the reply; the engine then drops
-        // the request if it is still queued.
-        let (model, response) = self.server.infer(request).await.or_status()?;
-        Ok(Response::new(encode(&response, &requested, &shm_outputs, &model, None).or_status()?))
+        let trace = crate::observe::trace::manager().sample(&request.model);
+        if let Some(t) = &trace {
+            // tonic has read the message before this handler runs: both points fall at its start.
+            t.record_at("GRPC_WAITREAD_START", read);
+            t.record_at("GRPC_WAITREAD_END", read);
+        }
+        let span = request_span(&request);
+        async move {
+            tracing::debug!("gRPC infer request received");
+            let request_id = request.id.clone();
+            if let Some(t) = &trace {
+                t.attach(&mut request);
+                t.record("REQUEST_START");
+            }
+            let requested = request.outputs.clone();
+            // Dropping this future (the client cancelled) closes the reply; the engine then drops
+            // the request if it is still queued.
+            let answer = self.server.infer(request).await.or_status().and_then(|(model, response)| {
+                if let Some(t) = &trace {
+                    t.record("REQUEST_END");
+                    t.record("GRPC_SEND_START");
+                }
+                Ok((encode(&response, &requested, &shm_outputs, &model, None).or_status()?, model))
+            });
+            match &answer {
+                Ok(_) => tracing::debug!("gRPC infer request answered"),
+                Err(e) => tracing::debug!("gRPC infer request failed: {}", e.message()),
+            }
+            let (response, model) = answer?;
+            if let Some(t) = trace {
+                t.record("GRPC_SEND_END");
+                t.finish(model.version(), &request_id);
+            }
+            Ok(Response::new(response))
+        }
+        .instrument(span)
+        .await
     }
 
     type ModelStreamInferStream = stream::ResponseStream;
@@ -367,11 +404,53 @@ impl GrpcInferenceService for GrpcService {
         Err(status(Error::unsupported("CUDA shared memory is not available: this server runs without a GPU")))
     }
 
-    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> Result<Response<pb::TraceSettingResponse>, Status> {
-        Err(unsupported("the trace extension"))
+    async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> Result<Response<pb::TraceSettingResponse>, Status> {
+        let r = request.into_inner();
+        let changes: Vec<(String, TraceValue)> = r
+            .settings
+            .into_iter()
+            .map(|(k, v)| (k, if v.value.is_empty() { TraceValue::Clear } else { TraceValue::Values(v.value) }))
+            .collect();
+        let model = (!r.model_name.is_empty()).then_some(r.model_name.as_str());
+        let view = self.server.trace_settings(model, &changes).or_status()?;
+        let settings = view
+            .entries()
+            .into_iter()
+            .map(|(k, value)| (k.to_string(), pb::trace_setting_response::SettingValue { value }))
+            .collect();
+        Ok(Response::new(pb::TraceSettingResponse { settings }))
     }
 
-    async fn log_settings(&self, _: Request<pb::LogSettingsRequest>) -> Result<Response<pb::LogSettingsResponse>, Status> {
-        Err(unsupported("the logging extension"))
+    async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> Result<Response<pb::LogSettingsResponse>, Status> {
+        use pb::log_settings_request::setting_value::ParameterChoice as In;
+        use pb::log_settings_response::setting_value::ParameterChoice as Out;
+        use pb::log_settings_response::SettingValue as OutValue;
+        let changes: Vec<(String, SettingValue)> = request
+            .into_inner()
+            .settings
+            .into_iter()
+            .map(|(k, v)| {
+                let value = match v.parameter_choice {
+                    None => SettingValue::Null,
+                    Some(In::BoolParam(b)) => SettingValue::Bool(b),
+                    Some(In::Uint32Param(n)) => SettingValue::UInt(n.into()),
+                    Some(In::StringParam(s)) => SettingValue::Str(s),
+                };
+                (k, value)
+            })
+            .collect();
+        let v = self.server.log_settings(&changes).or_status()?;
+        let entry = |k: &str, choice: Out| (k.to_string(), OutValue { parameter_choice: Some(choice) });
+        let settings = [
+            entry("log_file", Out::StringParam(v.file)),
+            entry("log_info", Out::BoolParam(v.info)),
+            entry("log_warning", Out::BoolParam(v.warning)),
+            entry("log_error", Out::BoolParam(v.error)),
+            entry("log_verbose_level", Out::Uint32Param(v.verbose)),
+            entry("log_format", Out::StringParam(v.format.as_str().into())),
+        ]
+        .into_iter()
+        .collect();
+        Ok(Response::new(pb::LogSettingsResponse { settings }))
     }
 }

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use futures::Stream;
 use tokio::sync::{mpsc, Semaphore};
 use tonic::{Status, Streaming};
+use tracing::Instrument as _;
 use tritium_actors::{ParamValue, Reply};
 
 use super::tensors::{decode, encode, Decoded};
+use crate::frontends::request_log::request_span;
+use crate::observe::trace::ActiveTrace;
 use crate::proto::inference::{ModelInferRequest, ModelStreamInferResponse};
 use crate::server::Server;
 
@@ -51,12 +54,16 @@ pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) ->
             };
             // Submitted here, in arrival order, so a sequence's requests reach the engine in the
             // order the client sent them; the answers are awaited concurrently.
-            if let Some(running) = submit(&server, request, &out_tx).await {
+            if let Some(mut running) = submit(&server, request, &out_tx).await {
                 let out = out_tx.clone();
-                tokio::spawn(async move {
-                    forward(running, &out).await;
-                    drop(permit);
-                });
+                let span = running.span.take().unwrap_or_else(tracing::Span::none);
+                tokio::spawn(
+                    async move {
+                        forward(running, &out).await;
+                        drop(permit);
+                    }
+                    .instrument(span),
+                );
             }
         }
     });
@@ -70,11 +77,20 @@ struct Running {
     requested: Vec<tritium_actors::RequestedOutput>,
     shm_outputs: std::collections::HashMap<String, crate::shm::Placement>,
     empty_final: bool,
+    /// The request's log span, and its trace (with the client's request id) when sampled.
+    span: Option<tracing::Span>,
+    trace: Option<(ActiveTrace, String)>,
 }
 
 /// Decodes and queues one request; a request that fails here is answered on the stream.
 async fn submit(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) -> Option<Running> {
-    let Decoded { request, shm_outputs } = match decode(request) {
+    let read = std::time::Instant::now();
+    let trace = crate::observe::trace::manager().sample(&request.model_name);
+    if let Some(t) = &trace {
+        t.record_at("GRPC_WAITREAD_START", read);
+        t.record_at("GRPC_WAITREAD_END", read);
+    }
+    let Decoded { mut request, shm_outputs } = match decode(request) {
         Ok(d) => d,
         Err(e) => {
             let _ = out.send(Ok(error_response(e.message))).await;
@@ -83,10 +99,18 @@ async fn submit(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<
     };
     let empty_final = matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
     let requested = request.outputs.clone();
+    let span = request_span(&request);
+    span.in_scope(|| tracing::debug!("gRPC stream infer request received"));
+    let trace = trace.map(|t| {
+        t.attach(&mut request);
+        t.record("REQUEST_START");
+        (t, request.id.clone())
+    });
     let (tx, rx) = mpsc::unbounded_channel();
     match server.submit(request, Reply::Stream(tx)) {
-        Ok(model) => Some(Running { rx, model, requested, shm_outputs, empty_final }),
+        Ok(model) => Some(Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace }),
         Err(e) => {
+            span.in_scope(|| tracing::debug!("gRPC stream infer request failed: {}", e.message));
             let _ = out.send(Ok(error_response(e.message))).await;
             None
         }
@@ -104,13 +128,21 @@ async fn forward(mut running: Running, out: &mpsc::Sender<Result<ModelStreamInfe
         let answer = match item {
             None => return,
             Some(Err(e)) => {
+                tracing::debug!("gRPC stream infer request failed: {}", e.message);
                 let _ = out.send(Ok(error_response(e.message))).await;
                 return;
             }
             Some(Ok(response)) => response,
         };
         let is_final = answer.is_final || !decoupled;
+        if is_final {
+            tracing::debug!("gRPC stream infer request answered");
+            if let Some((t, _)) = &running.trace {
+                t.record("REQUEST_END");
+            }
+        }
         if decoupled && is_final && answer.outputs.is_empty() && !running.empty_final {
+            finish_trace(&mut running, false);
             return;
         }
         let flag = decoupled.then_some(("triton_final_response", ParamValue::Bool(is_final)));
@@ -118,8 +150,27 @@ async fn forward(mut running: Running, out: &mpsc::Sender<Result<ModelStreamInfe
             Ok(r) => ModelStreamInferResponse { error_message: String::new(), infer_response: Some(r) },
             Err(e) => error_response(e.message),
         };
-        if out.send(Ok(message)).await.is_err() || is_final {
+        if is_final {
+            if let Some((t, _)) = &running.trace {
+                t.record("GRPC_SEND_START");
+            }
+        }
+        let sent = out.send(Ok(message)).await.is_ok();
+        if is_final {
+            finish_trace(&mut running, sent);
+        }
+        if !sent || is_final {
             return;
         }
+    }
+}
+
+/// Writes the trace of a request whose final answer has gone (or had nothing to send).
+fn finish_trace(running: &mut Running, sent: bool) {
+    if let Some((t, request_id)) = running.trace.take() {
+        if sent {
+            t.record("GRPC_SEND_END");
+        }
+        t.finish(running.model.version(), &request_id);
     }
 }

@@ -1,17 +1,23 @@
 //! `POST /v2/models/{m}[/versions/{v}]/infer`: the body (JSON, or JSON plus binary tensors) is
 //! read up to `--http-max-input-size`, decoded, run through the engine and encoded back.
 
+use std::time::Instant;
+
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
-use tritium_actors::{Error, Result};
+use tracing::Instrument as _;
+use tritium_actors::{Error, InferRequest, Result};
 
 use super::binary::{split_body, HEADER_LENGTH};
 use super::encode::{encode_response, into_http};
 use super::error::HttpResult;
 use super::handlers::{model_and_version, ModelPath};
-use super::infer_json::decode_infer;
+use super::infer_json::{decode_infer, OutputPlan};
+use super::observe::traced;
 use super::HttpState;
+use crate::frontends::request_log::request_span;
+use crate::observe::trace::ActiveTrace;
 
 /// Reads the whole body, refusing more than `limit` bytes with Triton's message.
 pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
@@ -32,6 +38,7 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes>
 }
 
 pub async fn infer(state: web::Data<HttpState>, path: ModelPath, req: HttpRequest, payload: web::Payload) -> HttpResult<HttpResponse> {
+    let recv_start = Instant::now();
     let (model, version) = model_and_version(&path)?;
     if let Some(len) = req.headers().get(actix_web::http::header::CONTENT_LENGTH) {
         if let Some(n) = len.to_str().ok().and_then(|s| s.parse::<usize>().ok()) {
@@ -52,11 +59,46 @@ pub async fn infer(state: web::Data<HttpState>, path: ModelPath, req: HttpReques
         ))
         .into());
     }
+    // Sampled once the model is known to exist, as Triton does.
+    let trace = crate::observe::trace::manager().sample(&model);
+    if let Some(t) = &trace {
+        t.record_at("HTTP_RECV_START", recv_start);
+    }
     let body = read_body(payload, state.max_body_bytes).await?;
+    if let Some(t) = &trace {
+        t.record("HTTP_RECV_END");
+    }
     let (json, binary) = split_body(body, req.headers().get(HEADER_LENGTH))?;
     let (request, plan) = decode_infer(&model, version, &json, binary)?;
+    let span = request_span(&request);
+    async move {
+        tracing::debug!("HTTP infer request received");
+        let answer = run(&state, request, &plan, trace).await;
+        match &answer {
+            Ok(_) => tracing::debug!("HTTP infer request answered"),
+            Err(e) => tracing::debug!("HTTP infer request failed: {e}"),
+        }
+        answer
+    }
+    .instrument(span)
+    .await
+}
+
+async fn run(state: &HttpState, mut request: InferRequest, plan: &OutputPlan, trace: Option<ActiveTrace>) -> HttpResult<HttpResponse> {
+    let request_id = request.id.clone();
+    if let Some(t) = &trace {
+        t.attach(&mut request);
+        t.record("REQUEST_START");
+    }
     let requested = request.outputs.clone();
     let (model, response) = state.server.infer(request).await?;
-    let encoded = encode_response(&response, &requested, &plan, model.handle.policy.batches(), &model.labels)?;
-    Ok(into_http(encoded))
+    if let Some(t) = &trace {
+        t.record("REQUEST_END");
+    }
+    let encoded = encode_response(&response, &requested, plan, model.handle.policy.batches(), &model.labels)?;
+    let response = into_http(encoded);
+    Ok(match trace {
+        Some(t) => traced(response, t, model.version(), request_id),
+        None => response,
+    })
 }
