@@ -6,6 +6,7 @@
 //! per-request families of `--metrics-config` (see `latency`) live in one recorder for the
 //! life of the process and are rendered after them.
 
+mod gpu;
 mod histogram;
 mod latency;
 mod system;
@@ -40,6 +41,12 @@ fn describe() {
     describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
     describe_gauge!("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes");
     describe_gauge!("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes");
+    describe_gauge!("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)");
+    describe_gauge!("nv_gpu_memory_total_bytes", "GPU total memory, in bytes");
+    describe_gauge!("nv_gpu_memory_used_bytes", "GPU used memory, in bytes");
+    describe_gauge!("nv_gpu_power_usage", "GPU power usage in watts");
+    describe_gauge!("nv_gpu_power_limit", "GPU power management limit in watts");
+    describe_counter!("nv_energy_consumption", "GPU energy consumption in joules since the Triton Server started");
     describe_gauge!("tritium_scheduler_queue_length", "Requests queued in a model's scheduler, not yet given to an instance");
     describe_gauge!("tritium_scheduler_mailbox_depth", "Messages sent to a model's scheduler actor and not yet handled");
     describe_counter!("tritium_batcher_batches_total", "Batches the batcher handed to instances");
@@ -112,6 +119,23 @@ fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) 
     gauge!("nv_pinned_memory_pool_total_bytes").set(0.0);
     gauge!("nv_pinned_memory_pool_used_bytes").set(0.0);
     gauge!("nv_cpu_utilization").set(host.cpu_utilization().unwrap_or(0.0));
+    for g in host.gpus() {
+        let l = [("gpu_uuid", g.uuid.clone())];
+        gauge!("nv_gpu_utilization", &l).set(g.utilization);
+        gauge!("nv_gpu_memory_total_bytes", &l).set(g.memory_total as f64);
+        gauge!("nv_gpu_memory_used_bytes", &l).set(g.memory_used as f64);
+        if let Some(w) = g.power_usage {
+            gauge!("nv_gpu_power_usage", &l).set(w);
+        }
+        if let Some(w) = g.power_limit {
+            gauge!("nv_gpu_power_limit", &l).set(w);
+        }
+        if let Some(j) = g.energy {
+            // A counter of joules with a fraction: the exporter's counters are integers, so
+            // whole joules (Triton's counter is a double).
+            counter!("nv_energy_consumption", &l).absolute(j as u64);
+        }
+    }
     if let Some((total, used)) = host.memory() {
         gauge!("nv_cpu_memory_total_bytes").set(total as f64);
         gauge!("nv_cpu_memory_used_bytes").set(used as f64);

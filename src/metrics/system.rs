@@ -2,6 +2,10 @@
 //! sampled every `--metrics-interval-ms` (utilization is over the last interval, as Triton's).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+
+use super::gpu::{GpuReader, GpuSample};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +47,8 @@ pub struct HostFigures {
     cpu_bits: AtomicU64,
     mem_total: AtomicU64,
     mem_used: AtomicU64,
+    /// The GPUs NVML reports, at the last sample (empty without NVML).
+    gpus: Mutex<Vec<GpuSample>>,
 }
 
 impl HostFigures {
@@ -53,12 +59,18 @@ impl HostFigures {
         let mut cpu = CpuSampler::default();
         let _ = cpu.utilization();
         f.sample_memory();
-        std::thread::Builder::new().name("metrics-host".into()).spawn(move || loop {
-            std::thread::sleep(interval);
-            if let Some(u) = cpu.utilization() {
-                f.cpu_bits.store(u.to_bits(), Relaxed);
+        std::thread::Builder::new().name("metrics-host".into()).spawn(move || {
+            let gpu = GpuReader::open();
+            loop {
+                if let Some(g) = &gpu {
+                    *f.gpus.lock() = g.sample();
+                }
+                std::thread::sleep(interval);
+                if let Some(u) = cpu.utilization() {
+                    f.cpu_bits.store(u.to_bits(), Relaxed);
+                }
+                f.sample_memory();
             }
-            f.sample_memory();
         })?;
         Ok(figures)
     }
@@ -74,6 +86,10 @@ impl HostFigures {
     pub fn cpu_utilization(&self) -> Option<f64> {
         let bits = self.cpu_bits.load(Relaxed);
         (bits != u64::MAX).then(|| f64::from_bits(bits))
+    }
+
+    pub fn gpus(&self) -> Vec<GpuSample> {
+        self.gpus.lock().clone()
     }
 
     /// (total, used) bytes of RAM at the last sample.
