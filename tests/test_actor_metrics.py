@@ -65,6 +65,12 @@ def test_sequence_actor_figures_follow_the_conversations(srv):
     assert m["tritium_sequence_active"].value(**labels) == 0
     assert m["tritium_sequence_state_bytes"].value(**labels) == 0
     assert sum(v for l, v in m["tritium_instance_sequence_slots_used"].series()) == 0
+    # Triton's families agree with the statistics extension for sequence traffic too.
+    s = all_stats(srv)[("accumulate", "1")]
+    assert m["nv_inference_request_success"].value(**labels) == int(s["inference_stats"]["success"]["count"]) == 6
+    assert m["nv_inference_count"].value(**labels) == int(s["inference_count"]) == 6
+    assert m["nv_inference_exec_count"].value(**labels) == int(s["execution_count"])
+    assert m["nv_inference_queue_duration_us"].value(**labels) == int(s["inference_stats"]["queue"]["ns"]) // 1000
 
 
 def test_batcher_histograms_agree_with_its_counters(srv):

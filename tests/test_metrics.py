@@ -200,7 +200,8 @@ TRITON_FAMILIES = {
 }
 REASONS = {"REJECTED", "CANCELED", "BACKEND", "OTHER"}
 PER_INSTANCE = {"tritium_instance_alive": "gauge", "tritium_instance_busy_us": "counter",
-                "tritium_instance_executions_total": "counter", "tritium_instance_restarts_total": "counter"}
+                "tritium_instance_executions_total": "counter", "tritium_instance_restarts_total": "counter",
+                "tritium_instance_mailbox_depth": "gauge"}
 PER_SCHEDULER = {"tritium_scheduler_queue_length": "gauge", "tritium_scheduler_mailbox_depth": "gauge",
                  "tritium_batcher_batches_total": "counter", "tritium_batcher_items_total": "counter"}
 

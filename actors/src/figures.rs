@@ -70,6 +70,8 @@ pub struct InstanceFigures {
     pub restarts: AtomicU64,
     /// Sequence slots of this instance held by a sequence (`direct` strategy).
     pub seq_slots_used: AtomicU64,
+    /// Batches sent to the instance and not yet taken up (its mailbox holds one at most).
+    pub mailbox: AtomicU64,
 }
 
 /// A model version's actor figures.

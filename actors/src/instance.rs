@@ -118,11 +118,14 @@ fn run(env: InstanceEnv) {
         }
     };
     let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
+    // A new mailbox: whatever the previous generation left in its own is gone with it.
+    env.figures.instance(idx).mailbox.store(0, Relaxed);
     env.supervisor.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
         match msg {
             InstanceMsg::Shutdown => break,
             InstanceMsg::Execute(batch) => {
+                env.figures.instance(idx).mailbox.fetch_sub(1, Relaxed);
                 let started = Instant::now();
                 let outcome = match catch_unwind(AssertUnwindSafe(|| execute(&env, backend.as_mut(), batch))) {
                     Ok(r) => r,

@@ -99,7 +99,10 @@ impl Scheduler {
             let slot = &mut self.slots[idx];
             let mailbox = slot.mailbox.as_ref().expect("live slot");
             match mailbox.try_send(InstanceMsg::Execute(batch)) {
-                Ok(()) => slot.busy = true,
+                Ok(()) => {
+                    slot.busy = true;
+                    self.figures.instance(idx).mailbox.fetch_add(1, Relaxed);
+                }
                 Err(TrySendError::Full(InstanceMsg::Execute(batch)))
                 | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
                     // The instance died between messages; its requests must not be lost.

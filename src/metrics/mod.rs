@@ -55,6 +55,7 @@ fn describe() {
     describe_counter!("tritium_instance_busy_us", "Cumulative time the instance actor spent executing, in microseconds");
     describe_counter!("tritium_instance_executions_total", "Executions the instance actor ran");
     describe_counter!("tritium_instance_restarts_total", "Times the supervisor restarted the instance after a failure");
+    describe_gauge!("tritium_instance_mailbox_depth", "Batches sent to the instance actor and not yet taken up (at most one)");
     describe_gauge!("tritium_instance_sequence_slots_used", "Sequence slots of the instance held by a sequence (direct strategy)");
     describe_gauge!("tritium_sequence_active", "Sequences holding a slot in the sequence actor");
     describe_gauge!("tritium_sequence_backlog", "Sequences waiting in the backlog for a free slot");
@@ -104,6 +105,7 @@ fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) 
             counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns.load(Relaxed) / 1000);
             counter!("tritium_instance_executions_total", &l).absolute(inst.executions.load(Relaxed));
             counter!("tritium_instance_restarts_total", &l).absolute(inst.restarts.load(Relaxed));
+            gauge!("tritium_instance_mailbox_depth", &l).set(inst.mailbox.load(Relaxed) as f64);
             if model.handle.policy.sequence().is_some() {
                 gauge!("tritium_instance_sequence_slots_used", &l).set(inst.seq_slots_used.load(Relaxed) as f64);
             }
