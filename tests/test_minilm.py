@@ -96,9 +96,10 @@ def test_tokenizer_step_gives_the_reference_token_ids(server, ref, protocol):
         assert ids[i, :n].tolist() == want.tolist(), s
         assert (ids[i, n:] == 0).all() and mask[i].tolist() == [1] * n + [0] * (ref.max_tokens - n), s
     assert (types == 0).all()
-    # one text alone: no padding at all
+    # one text alone: padded to the config's pad_to_multiple_of (16) only
     res = client.infer("minilm_tokenizer", [text_input(mod, ["Hello world"])])
-    assert res.as_numpy("input_ids").tolist() == [[101, 7592, 2088, 102]]
+    assert res.as_numpy("input_ids").tolist() == [[101, 7592, 2088, 102] + [0] * 12]
+    assert res.as_numpy("attention_mask").tolist() == [[1] * 4 + [0] * 12]
 
 
 def test_encoder_step_matches_the_numpy_bert(server, ref):

@@ -4,7 +4,8 @@
 //!   `tokenizer_file`, default `tokenizer.json` in the version folder) turns the BYTES input
 //!   (UTF-8 text, one string per batch element) into INT64 `input_ids`, `attention_mask` and
 //!   `token_type_ids` [batch, seq], padded to the longest text of the batch (truncation as the
-//!   file says).
+//!   file says); parameter `pad_to_multiple_of` rounds the length up, so that requests of
+//!   texts of similar length have one shape and a downstream model's batcher can merge them.
 //! - `backend: "pooling"`: mean pooling of token embeddings (input 0, FP32 [batch, seq, dim])
 //!   over the attention mask (input 1, INT64 or INT32 [batch, seq]) into output 0 (FP32
 //!   [batch, dim]); parameter `normalize` (default "true") divides each by its L2 norm.
@@ -33,7 +34,20 @@ impl TokenizerFactory {
             .map_err(|e| Error::invalid(format!("model '{}': cannot load tokenizer {}: {e}", config.name, file.display())))?;
         // Pad to the longest text of each batch rather than a fixed length.
         let padding = tokenizer.get_padding().cloned().unwrap_or_default();
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..padding }));
+        let multiple = match config.parameters.get("pad_to_multiple_of") {
+            None => padding.pad_to_multiple_of,
+            Some(p) => match p.string_value.trim().parse::<usize>() {
+                Ok(0) => None,
+                Ok(n) => Some(n),
+                Err(_) => {
+                    return Err(Error::invalid(format!(
+                        "model '{}': parameter 'pad_to_multiple_of' must be a non-negative integer, got '{}'",
+                        config.name, p.string_value
+                    )))
+                }
+            },
+        };
+        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, pad_to_multiple_of: multiple, ..padding }));
         let input = config
             .input
             .first()
