@@ -183,3 +183,19 @@ def test_a_sequence_through_an_ensemble(start_server, repo_copy):
         total += v
         res = srv.client.infer("acc_pipe", [x], sequence_id=77, sequence_start=i == 0, sequence_end=i == 2)
         assert int(res.as_numpy("OUT")[0][0]) == total
+
+
+def test_ensemble_statistics_are_the_sums_of_its_steps(start_server, repo_copy):
+    """As Triton: an ensemble's compute times are the sums of its composing models' for its
+    requests, and its queue time their queue times plus its own; not its wall time."""
+    srv = start_server(repo_copy(["add_sub", "identity_fp32", "add_sub_pipeline"]))
+    n = 12
+    for i in range(n):
+        srv.client.infer("add_sub_pipeline", inputs(httpclient, rand(i), rand(i + 100)))
+    stats = {s["name"]: s for s in srv.client.get_inference_statistics()["model_stats"]}
+    ens, steps = stats["add_sub_pipeline"]["inference_stats"], [stats[m]["inference_stats"] for m in ("add_sub", "identity_fp32")]
+    for part in ("compute_input", "compute_infer", "compute_output"):
+        assert int(ens[part]["count"]) == n, part
+        assert int(ens[part]["ns"]) == sum(int(s[part]["ns"]) for s in steps), part
+    assert int(ens["queue"]["ns"]) >= sum(int(s["queue"]["ns"]) for s in steps)
+    assert int(ens["success"]["ns"]) > int(ens["compute_infer"]["ns"]), "the request takes longer than its steps compute"

@@ -53,6 +53,13 @@ pub trait Backend: Send {
         let outputs = self.execute(batch)?;
         emit(outputs)
     }
+
+    /// After `execute` of a single request: the times its statistics should show instead of
+    /// the instance's own measure. An ensemble reports the sum of its steps' queue and compute
+    /// times, as Triton does (its own wall time would count waiting for the steps as compute).
+    fn reported_times(&mut self) -> Option<crate::stats::ComputeTimes> {
+        None
+    }
 }
 
 /// Makes instances of one model version; called by the supervisor at load and on restart, on
@@ -85,5 +92,6 @@ pub(crate) fn response(
         outputs,
         parameters: Default::default(),
         is_final,
+        times: None,
     }
 }

@@ -18,7 +18,7 @@ use crate::figures::ModelFigures;
 use crate::policy::ModelPolicy;
 use crate::request::{InferRequest, Reply};
 use crate::scheduler::{InstanceIdle, Scheduler};
-use crate::stats::{FailureReason, ModelStats, RequestTimes};
+use crate::stats::{ComputeTimes, FailureReason, ModelStats, RequestTimes};
 use crate::supervisor::{InstanceFailed, InstanceReady, Supervisor};
 use crate::trace;
 
@@ -193,6 +193,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
 
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute(input)));
     let infer_end = Instant::now();
+    let reported = if live.len() == 1 && matches!(result, Ok(Ok(_))) { backend.reported_times() } else { None };
     let panicked = match &result {
         Err(p) => Some(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&**p))),
         Ok(_) => None,
@@ -206,7 +207,10 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
     // always sees statistics that include it.
     let count_execution = || {
         let output_end = Instant::now();
-        stats.record_execution(total as u64, input_end - compute_start, infer_end - input_end, output_end - infer_end);
+        match reported {
+            Some(r) => stats.record_execution(total as u64, r.compute_input, r.compute_infer, r.compute_output),
+            None => stats.record_execution(total as u64, input_end - compute_start, infer_end - input_end, output_end - infer_end),
+        }
         env.figures.instance(env.spec.index).executions.fetch_add(1, Relaxed);
         output_end
     };
@@ -245,16 +249,27 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
             trace.record_at(trace::COMPUTE_END, output_end);
         }
-        stats.record_success(&RequestTimes {
-            total: p.request.received.elapsed(),
+        let mut times = ComputeTimes {
             queue: compute_start.saturating_duration_since(p.enqueued),
             compute_input: input_end - compute_start,
             compute_infer: infer_end - input_end,
             compute_output: output_end - infer_end,
+        };
+        if let Some(r) = reported {
+            times = ComputeTimes { queue: times.queue + r.queue, ..r };
+        }
+        stats.record_success(&RequestTimes {
+            total: p.request.received.elapsed(),
+            queue: times.queue,
+            compute_input: times.compute_input,
+            compute_infer: times.compute_infer,
+            compute_output: times.compute_output,
             batch_size: p.batch_size as u64,
         });
         stats.pending.fetch_sub(1, Relaxed);
-        p.reply.send(Ok(backend::response(&p.request.id, &policy.name, policy.version, outputs, true)));
+        let mut response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
+        response.times = Some(times);
+        p.reply.send(Ok(response));
     }
     match panicked {
         Some(reason) => Err(reason),

@@ -116,6 +116,9 @@ pub struct InferResponse {
     pub outputs: Vec<Tensor>,
     pub parameters: Parameters,
     pub is_final: bool,
+    /// How the engine spent the request's time (set on the answer of a non-decoupled model),
+    /// for an ensemble to report its steps' times as Triton does.
+    pub times: Option<crate::stats::ComputeTimes>,
 }
 
 /// Where the engine sends a request's response(s).

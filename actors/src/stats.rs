@@ -107,6 +107,24 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Where a request's time went inside the server, as the statistics extension splits it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComputeTimes {
+    pub queue: Duration,
+    pub compute_input: Duration,
+    pub compute_infer: Duration,
+    pub compute_output: Duration,
+}
+
+impl std::ops::AddAssign for ComputeTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.queue += o.queue;
+        self.compute_input += o.compute_input;
+        self.compute_infer += o.compute_infer;
+        self.compute_output += o.compute_output;
+    }
+}
+
 /// The times of one request that ran in a batch.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestTimes {

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use tritium_actors::figures::{Histogram, LATENCY_US_BOUNDS};
+use tritium_actors::stats::ComputeTimes;
 use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InferRequest, InstanceSpec, Reply, RequestedOutput, Result, Tensor};
 
 pub use graph::{is_ensemble, Graph};
@@ -51,7 +52,12 @@ impl EnsembleFactory {
 
 impl BackendFactory for EnsembleFactory {
     fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(Ensemble { graph: self.graph.clone(), router: self.router.clone(), figures: self.figures.clone() }))
+        Ok(Box::new(Ensemble {
+            graph: self.graph.clone(),
+            router: self.router.clone(),
+            figures: self.figures.clone(),
+            steps_times: None,
+        }))
     }
 }
 
@@ -59,11 +65,21 @@ struct Ensemble {
     graph: Arc<Graph>,
     router: Arc<Router>,
     figures: Arc<StepFigures>,
+    /// The last request's steps' times, summed.
+    steps_times: Option<ComputeTimes>,
 }
 
 impl Backend for Ensemble {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        futures::executor::block_on(run(&self.graph, &self.router, &self.figures, batch))
+        let mut times = ComputeTimes::default();
+        let result = futures::executor::block_on(run(&self.graph, &self.router, &self.figures, batch, &mut times));
+        self.steps_times = Some(times);
+        result
+    }
+
+    /// Triton sets an ensemble's queue and compute times to the sums of its steps'.
+    fn reported_times(&mut self) -> Option<ComputeTimes> {
+        self.steps_times.take()
     }
 }
 
@@ -72,7 +88,7 @@ fn step_error(graph: &Graph, i: usize, e: Error) -> Error {
     Error::new(e.kind, format!("in ensemble '{}', step {} ('{}'): {}", graph.name, i + 1, step.model, e.message))
 }
 
-async fn run(graph: &Graph, router: &Router, figures: &StepFigures, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+async fn run(graph: &Graph, router: &Router, figures: &StepFigures, batch: BatchInput<'_>, times: &mut ComputeTimes) -> Result<Vec<Tensor>> {
     let origin = batch.request;
     let mut tensors: HashMap<String, Tensor> = batch.inputs.iter().map(|t| (t.name.clone(), t.clone())).collect();
     let mut started = vec![false; graph.steps.len()];
@@ -113,6 +129,9 @@ async fn run(graph: &Graph, router: &Router, figures: &StepFigures, batch: Batch
         let response = answer
             .map_err(|_| step_error(graph, i, Error::internal("the composing model dropped the request")))?
             .map_err(|e| step_error(graph, i, e))?;
+        if let Some(t) = response.times {
+            *times += t;
+        }
         for t in response.outputs {
             if let Some((_, tensor)) = graph.steps[i].outputs.iter().find(|(o, _)| *o == t.name) {
                 tensors.insert(tensor.clone(), Tensor::new(tensor.clone(), t.datatype, t.shape, t.data));

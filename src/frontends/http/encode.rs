@@ -133,7 +133,7 @@ mod tests {
     use tritium_actors::DataType;
 
     fn response(outputs: Vec<Tensor>) -> InferResponse {
-        InferResponse { id: String::new(), model: "m".into(), version: 2, outputs, parameters: Parameters::new(), is_final: true }
+        InferResponse { id: String::new(), model: "m".into(), version: 2, outputs, parameters: Parameters::new(), is_final: true, times: None }
     }
 
     fn f32s(name: &str, shape: Vec<i64>, v: &[f32]) -> Tensor {
