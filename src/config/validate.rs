@@ -106,6 +106,19 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
         if group.count < 1 {
             return Err(invalid(config, format!("instance group '{}' must have 'count' >= 1", group.name)));
         }
+        // Normalization turns KIND_AUTO into KIND_CPU here: a KIND_GPU left is one the config
+        // asks for, and this build runs no model on a GPU.
+        if group.kind == crate::config::model_instance_group::Kind::Gpu as i32 {
+            let ids: Vec<String> = group.gpus.iter().map(|g| g.to_string()).collect();
+            return Err(invalid(
+                config,
+                format!(
+                    "instance group '{}' asks for KIND_GPU (gpus [{}]), but this Tritium build runs models on the CPU only; use KIND_CPU or KIND_AUTO",
+                    group.name,
+                    ids.join(", ")
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -114,6 +127,14 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
 mod tests {
     use super::super::{from_json, normalize};
     use super::*;
+
+    #[test]
+    fn kind_gpu_is_refused_without_gpu_execution() {
+        let e = check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[0]}}]}}"#)).unwrap_err();
+        assert!(e.message.contains("KIND_GPU") && e.message.contains("gpus [0]"), "{e}");
+        check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_AUTO"}}]}}"#)).unwrap();
+        check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_MODEL"}}]}}"#)).unwrap();
+    }
 
     fn check(json: &str) -> Result<()> {
         let mut config = from_json(json).unwrap();
