@@ -139,14 +139,18 @@ fn run(env: InstanceEnv) {
                     env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason });
                     return;
                 }
-                env.scheduler.do_send(InstanceIdle { index: idx, generation: env.generation });
+                if !matches!(outcome, Ok(true)) {
+                    env.scheduler.do_send(InstanceIdle { index: idx, generation: env.generation });
+                }
             }
         }
     }
 }
 
-/// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already answered).
-fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<(), String> {
+/// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already
+/// answered); `Ok(true)` when the scheduler was already told the instance is free (just before
+/// the answers went out, so a client's next request finds it free).
+fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<bool, String> {
     let policy = &env.policy;
     let stats = &env.stats;
     let compute_start = Instant::now();
@@ -156,7 +160,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         p.fail(stats, Error::cancelled("the client cancelled the request"));
     }
     if live.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let sizes: Vec<usize> = live.iter().map(|p| p.batch_size).collect();
     let total: usize = sizes.iter().sum();
@@ -177,7 +181,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
             for p in live {
                 p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
-            return Ok(());
+            return Ok(false);
         }
     };
     let input_end = Instant::now();
@@ -188,7 +192,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
     let input = BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single.as_ref() };
 
     if policy.decoupled {
-        return execute_decoupled(env, backend, live, input, compute_start, input_end);
+        return execute_decoupled(env, backend, live, input, compute_start, input_end).map(|()| false);
     }
 
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute(input)));
@@ -223,7 +227,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
             }
             return match panicked {
                 Some(reason) => Err(reason),
-                None => Ok(()),
+                None => Ok(false),
             };
         }
     };
@@ -244,6 +248,9 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         })
         .collect();
     let output_end = count_execution();
+    // The state of every sequence in the batch is stored and the execution counted: the
+    // instance is free before its answers go out.
+    env.scheduler.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
     for (p, outputs) in answers {
         if let Some(trace) = &p.request.trace {
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
@@ -271,10 +278,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         response.times = Some(times);
         p.reply.send(Ok(response));
     }
-    match panicked {
-        Some(reason) => Err(reason),
-        None => Ok(()),
-    }
+    Ok(true)
 }
 
 fn execute_decoupled(
