@@ -281,3 +281,22 @@ def test_request_parameters_are_accepted(server):
         "parameters": {"custom": "x", "n": 3}}
     r = server.post("/v2/models/add_sub/infer", json.dumps(body))
     assert r.status_code == 200, r.text
+
+
+def test_onnx_session_config_entries_pass_through(start_server, repo_copy):
+    """`parameters` keys starting `session.` are ONNX Runtime session config entries (here the
+    thread-pool spinning switches); a model with them loads and infers."""
+    repo = repo_copy(["mlp"])
+    cfg = repo / "mlp" / "config.pbtxt"
+    cfg.write_text(cfg.read_text()
+                   + 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "0" } }\n'
+                   + 'parameters { key: "session.inter_op.allow_spinning" value: { string_value: "0" } }\n'
+                   + 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n')
+    srv = start_server(repo)
+    x = np.ones((2, 256), dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [2, 256], "FP32")
+    inp.set_data_from_numpy(x)
+    out = srv.client.infer("mlp", [inp]).as_numpy("OUTPUT0")
+    assert out.shape == (2, 256) and np.isfinite(out).all()
+    cfg = srv.client.get_model_config("mlp")
+    assert cfg["parameters"]["session.intra_op.allow_spinning"] == {"string_value": "0"}

@@ -93,6 +93,12 @@ pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &Backe
             let options = onnx::OnnxOptions {
                 intra_op_threads: thread_parameter(config, "intra_op_thread_count")?.or_else(|| shared_intra_threads(config)),
                 inter_op_threads: thread_parameter(config, "inter_op_thread_count")?,
+                config_entries: config
+                    .parameters
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("session."))
+                    .map(|(k, v)| (k.clone(), v.string_value.trim().to_string()))
+                    .collect(),
             };
             Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
         }

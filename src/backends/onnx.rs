@@ -50,6 +50,9 @@ fn environment() -> Result<&'static Environment> {
 pub struct OnnxOptions {
     pub intra_op_threads: Option<usize>,
     pub inter_op_threads: Option<usize>,
+    /// ONNX Runtime session config entries (`parameters` keys starting `session.`, e.g.
+    /// `session.intra_op.allow_spinning`), passed through as they are.
+    pub config_entries: Vec<(String, String)>,
 }
 
 /// One input or output as the ONNX file declares it; `-1` marks a dynamic dimension.
@@ -72,6 +75,11 @@ fn open(file: &Path, options: &OnnxOptions) -> Result<Session> {
     }
     if let Some(n) = options.inter_op_threads {
         builder = builder.with_inter_threads(n).map_err(|e| Error::internal(format!("{context}: {e}")))?;
+    }
+    for (key, value) in &options.config_entries {
+        builder = builder
+            .with_config_entry(key, value)
+            .map_err(|e| Error::invalid(format!("{context}: session config entry '{key}' = '{value}': {e}")))?;
     }
     builder.commit_from_file(file).map_err(|e| Error::invalid(format!("{context}: {e}")))
 }
@@ -110,7 +118,7 @@ fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
 
 /// Reads the inputs and outputs an ONNX file declares (for config auto-complete).
 pub fn inspect(file: &Path) -> Result<(Vec<OnnxIo>, Vec<OnnxIo>)> {
-    let session = open(file, &OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1) })?;
+    let session = open(file, &OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), config_entries: Vec::new() })?;
     let inputs = session.inputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
     let outputs = session.outputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
     Ok((inputs, outputs))
