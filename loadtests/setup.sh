@@ -11,6 +11,9 @@
 #   - libcudart.so.12 from the PyPI wheel nvidia-cuda-runtime-cu12 (nvidia/cuda_runtime/lib/);
 #     perf_analyzer links it but runs without a GPU
 # Then loadtests/perf_analyzer (a wrapper that sets LD_LIBRARY_PATH) runs it.
+# Also loadtests/.baselines-venv (python3.11): Flask, gunicorn, FastAPI, uvicorn and onnxruntime
+# at the versions pinned in loadtests/requirements-baselines.txt, for targets.py's baselines
+# (CI does not run this script).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TOOLS="$HERE/.tools"
@@ -58,6 +61,15 @@ fi
 
 # 4. loadtests/perf_analyzer (tracked) is the wrapper that sets LD_LIBRARY_PATH.
 chmod +x "$HERE/perf_analyzer"
+
+# 5. The Flask / FastAPI baselines' virtual environment (loadtests/baselines/).
+BV="$HERE/.baselines-venv"
+REQ="$HERE/requirements-baselines.txt"
+if [ ! -f "$BV/.installed" ] || ! cmp -s "$REQ" "$BV/.installed"; then
+  [ -x "$BV/bin/python" ] || "${PYTHON:-python3.11}" -m venv "$BV"
+  "$BV/bin/pip" install --quiet -r "$REQ"
+  cp "$REQ" "$BV/.installed"
+fi
 
 # Check that every library resolves.
 if LD_LIBRARY_PATH="$TOOLS/lib" ldd "$TOOLS/bin/perf_analyzer" | grep -q 'not found'; then

@@ -4,7 +4,8 @@
 #
 #   loadtests/triton_ref/setup.sh [DIR]      (default DIR: /work/ref)
 #
-# Leaves DIR/venv (python 3.11 with nvidia-pytriton and numpy) and DIR/backends/python
+# Leaves DIR/venv (python 3.11 with nvidia-pytriton, numpy and onnxruntime 1.31.1, which the
+# python model triton_ref/mlp_onnx/model.py imports) and DIR/backends/python
 # (the python backend, with the 3.11 stub beside libtriton_python.so), which run.sh uses.
 set -euo pipefail
 DIR="${1:-/work/ref}"
@@ -18,6 +19,9 @@ fi
 if ! "$DIR/venv/bin/python" -c 'import importlib.metadata as m; assert m.version("nvidia-pytriton") == "0.7.0"; import numpy' 2>/dev/null; then
   "$DIR/venv/bin/pip" install --quiet --upgrade pip
   "$DIR/venv/bin/pip" install --quiet "nvidia-pytriton==0.7.0" numpy
+fi
+if ! "$DIR/venv/bin/python" -c 'import importlib.metadata as m; assert m.version("onnxruntime") == "1.31.1"' 2>/dev/null; then
+  "$DIR/venv/bin/pip" install --quiet "onnxruntime==1.31.1"
 fi
 
 SP="$("$DIR/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

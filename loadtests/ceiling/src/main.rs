@@ -1,0 +1,155 @@
+//! Ceiling: one ONNX model run in-process through ONNX Runtime (`ort`, as Tritium's ONNX backend
+//! does: one `Session`, the input copied into an ORT tensor and the output copied out per run),
+//! items/s at each batch size. No server, no network, no batcher: the most a server running the
+//! same session on the same threads could do.
+//!
+//!   ceiling --model model_repository/mlp/1/model.onnx [--onnxruntime-library PATH]
+//!           [--batch 1,8,32,64] [--seconds 3] [--repeats 3] [--intra-threads N] [--input INPUT0]
+//!
+//! Prints one JSON object per (repeat, batch) on stdout:
+//! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ort::session::Session;
+use ort::value::{DynValue, Tensor, ValueType};
+
+struct Args {
+    model: PathBuf,
+    library: PathBuf,
+    batches: Vec<usize>,
+    seconds: f64,
+    repeats: usize,
+    intra: Option<usize>,
+    inter: Option<usize>,
+}
+
+const HELP: &str = "ceiling: items/s of an ONNX model run in-process through ONNX Runtime (ort)
+
+  ceiling --model FILE [--onnxruntime-library PATH] [--batch 1,8,32,64] [--seconds 3]
+          [--repeats 3] [--intra-threads N] [--inter-threads N]
+
+--onnxruntime-library defaults to $ORT_DYLIB_PATH, else the repository's
+.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 (what Tritium uses).
+--intra-threads unset = ONNX Runtime's default, as Tritium with one instance and no
+intra_op_thread_count. Every input must have one leading batch dimension (-1) and fixed other
+dimensions; inputs are FP32 filled with a fixed pattern. One JSON line per (repeat, batch).";
+
+fn parse() -> Result<Args, String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut a = Args {
+        model: root.join("model_repository/mlp/1/model.onnx"),
+        library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from).unwrap_or_else(|| {
+            root.join(".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1")
+        }),
+        batches: vec![1, 8, 32, 64],
+        seconds: 3.0,
+        repeats: 3,
+        intra: None,
+        inter: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{HELP}");
+            std::process::exit(0);
+        }
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: not a number: {v}"));
+        match flag.as_str() {
+            "--model" => a.model = value.into(),
+            "--onnxruntime-library" => a.library = value.into(),
+            "--batch" => a.batches = value.split(',').map(num).collect::<Result<_, _>>()?,
+            "--seconds" => a.seconds = value.parse().map_err(|_| format!("--seconds: {value}"))?,
+            "--repeats" => a.repeats = num(&value)?,
+            "--intra-threads" => a.intra = Some(num(&value)?),
+            "--inter-threads" => a.inter = Some(num(&value)?),
+            _ => return Err(format!("unknown flag {flag} (see --help)")),
+        }
+    }
+    Ok(a)
+}
+
+fn main() {
+    let args = parse().unwrap_or_else(|e| {
+        eprintln!("ceiling: {e}");
+        std::process::exit(2)
+    });
+    if let Err(e) = run(&args) {
+        eprintln!("ceiling: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let env = ort::init_from(&args.library)?.with_name("ceiling").build()?;
+    let mut builder = Session::builder(&env)?;
+    if let Some(n) = args.intra {
+        builder = builder.with_intra_threads(n)?;
+    }
+    if let Some(n) = args.inter {
+        builder = builder.with_inter_threads(n)?;
+    }
+    let mut session = builder.commit_from_file(&args.model)?;
+    // (name, dims after the batch dimension) for every input.
+    let mut inputs = Vec::new();
+    for i in session.inputs() {
+        let ValueType::Tensor { shape, .. } = i.dtype() else { return Err(format!("{}: not a tensor", i.name()).into()) };
+        let dims: Vec<i64> = shape.iter().skip(1).copied().collect();
+        if dims.iter().any(|d| *d < 0) {
+            return Err(format!("input {} has a dynamic non-batch dimension {shape:?}", i.name()).into());
+        }
+        inputs.push((i.name().to_string(), dims));
+    }
+    eprintln!("model {} inputs {inputs:?}, intra threads {:?}", args.model.display(), args.intra);
+    for repeat in 1..=args.repeats {
+        for &batch in &args.batches {
+            // The request bytes as a server holds them; copied into a fresh ORT tensor per run.
+            let data: Vec<Vec<f32>> = inputs
+                .iter()
+                .map(|(_, d)| {
+                    let n = batch * d.iter().product::<i64>() as usize;
+                    (0..n).map(|k| ((k % 97) as f32) * 0.01 - 0.5).collect()
+                })
+                .collect();
+            let once = |session: &mut Session| -> Result<usize, Box<dyn std::error::Error>> {
+                let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
+                for ((name, dims), d) in inputs.iter().zip(&data) {
+                    let mut shape = vec![batch as i64];
+                    shape.extend(dims);
+                    values.push((name.clone(), Tensor::<f32>::from_array((shape, d.clone()))?.into_dyn()));
+                }
+                let outputs = session.run(values)?;
+                let mut n = 0;
+                for (_, v) in &outputs {
+                    let (_, out) = v.try_extract_tensor::<f32>()?;
+                    n += out.to_vec().len();
+                }
+                Ok(n)
+            };
+            let warm = Instant::now();
+            while warm.elapsed() < Duration::from_millis(300) {
+                once(&mut session)?;
+            }
+            let mut lat = Vec::new();
+            let start = Instant::now();
+            while start.elapsed().as_secs_f64() < args.seconds {
+                let t = Instant::now();
+                std::hint::black_box(once(&mut session)?);
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+            let secs = start.elapsed().as_secs_f64();
+            lat.sort_unstable();
+            let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+            println!(
+                "{{\"repeat\":{repeat},\"batch\":{batch},\"runs\":{},\"seconds\":{secs:.3},\"items_per_s\":{:.1},\"p50_us\":{},\"p99_us\":{}}}",
+                lat.len(),
+                (lat.len() * batch) as f64 / secs,
+                pct(0.5),
+                pct(0.99)
+            );
+        }
+    }
+    Ok(())
+}
