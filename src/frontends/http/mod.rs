@@ -43,8 +43,13 @@ async fn method_not_allowed() -> HttpResponse {
     error::error_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
 }
 
-/// All routes of the v2 protocol.
+/// All routes of the v2 protocol. Inference comes first: actix tries the patterns in order and
+/// each dynamic one is a regex match, which showed up as a tenth of a small request's time when
+/// infer was last in the list.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
+        cfg.service(web::resource(format!("{prefix}/infer")).post(infer::infer).to(method_not_allowed));
+    }
     cfg.service(web::resource("/v2").get(handlers::server_metadata).to(method_not_allowed))
         .service(web::resource("/v2/health/live").get(handlers::live).to(method_not_allowed))
         .service(web::resource("/v2/health/ready").get(handlers::ready).to(method_not_allowed))
@@ -74,8 +79,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         cfg.service(web::resource(prefix.to_string()).get(handlers::model_metadata).to(method_not_allowed))
             .service(web::resource(format!("{prefix}/ready")).get(handlers::model_ready).to(method_not_allowed))
             .service(web::resource(format!("{prefix}/config")).get(handlers::model_config).to(method_not_allowed))
-            .service(web::resource(format!("{prefix}/stats")).get(handlers::model_stats).to(method_not_allowed))
-            .service(web::resource(format!("{prefix}/infer")).post(infer::infer).to(method_not_allowed));
+            .service(web::resource(format!("{prefix}/stats")).get(handlers::model_stats).to(method_not_allowed));
     }
 }
 
