@@ -90,3 +90,33 @@ def test_a_slow_reader_stops_the_server_taking_more_of_its_requests(start_server
         assert srv.alive()
     finally:
         channel.close()
+
+
+def test_unary_calls_of_a_sequence_on_one_connection_keep_their_order(server):
+    """perf_analyzer ends each open sequence with an END sent while that sequence's previous
+    request is still in flight, on another unary call of the same connection. The server takes
+    a connection's calls in the order they arrive, so the middle request runs before its END
+    and neither fails ("must specify the START flag" when the END overtook it)."""
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+    def request(seq, v, start=False, end=False):
+        r = service_pb2.ModelInferRequest(model_name="accumulate")
+        r.parameters["sequence_id"].uint64_param = seq
+        r.parameters["sequence_start"].bool_param = start
+        r.parameters["sequence_end"].bool_param = end
+        r.inputs.add(name="INPUT", datatype="INT32", shape=[1, 1]).contents.int_contents.append(v)
+        return r
+
+    def value(response):
+        return int(np.frombuffer(response.raw_output_contents[0], dtype=np.int32)[0])
+
+    try:
+        for seq in range(5000, 5300):
+            assert value(stub.ModelInfer(request(seq, 1, start=True))) == 1
+            middle = stub.ModelInfer.future(request(seq, 2))
+            end = stub.ModelInfer.future(request(seq, 3, end=True))
+            assert value(middle.result(timeout=10)) == 3, seq
+            assert value(end.result(timeout=10)) == 6, seq
+    finally:
+        channel.close()

@@ -1,20 +1,19 @@
 //! The gRPC frontend (tonic): Triton's `inference.GRPCInferenceService`, every RPC, plus the
 //! standard `grpc.health.v1` service. Like the HTTP frontend it only decodes, calls the
 //! `Server` facade and encodes; errors map to status codes in one place (`error.rs`).
-//! It runs on its own multi-threaded tokio runtime, so gRPC traffic does not share the HTTP
+//! It runs on threads of its own (`serve.rs`), so gRPC traffic does not share the HTTP
 //! workers' threads.
 
 mod error;
 mod health;
+mod serve;
 mod stream;
 mod tensors;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 use tritium_actors::Error;
@@ -23,11 +22,12 @@ use crate::frontends::request_log::request_span;
 use crate::observe::trace::TraceValue;
 use crate::observe::SettingValue;
 use crate::proto::inference as pb;
-use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::server::{ModelStatistics, Server};
 use crate::shm;
 use error::IntoStatus;
 pub use error::status;
+pub use serve::serve;
 use tensors::{decode, encode, parse_version, Decoded};
 
 /// Settings from the command line.
@@ -45,76 +45,7 @@ pub struct GrpcOptions {
 }
 
 pub struct GrpcService {
-    server: Arc<Server>,
-}
-
-/// The running endpoint: `stop` lets in-flight calls finish, then returns.
-pub struct GrpcHandle {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl GrpcHandle {
-    pub fn stop(mut self, timeout: Duration) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let deadline = std::time::Instant::now() + timeout;
-            while !thread.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if thread.is_finished() {
-                let _ = thread.join();
-            } else {
-                tracing::warn!("gRPC calls still running after {}s; exiting anyway", timeout.as_secs());
-            }
-        }
-    }
-}
-
-/// Binds `addr` and serves on a runtime of its own; errors binding are returned here.
-pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow::Result<GrpcHandle> {
-    let listener = std::net::TcpListener::bind(addr)?;
-    listener.set_nonblocking(true)?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.threads.max(1))
-        .thread_name("grpc")
-        .enable_all()
-        .build()?;
-    let thread = std::thread::Builder::new().name("grpc-server".into()).spawn(move || {
-        runtime.block_on(async move {
-            let listener = match tokio::net::TcpListener::from_std(listener) {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::error!("gRPC listener: {e}");
-                    return;
-                }
-            };
-            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let mut service = GrpcInferenceServiceServer::new(GrpcService { server: server.clone() })
-                .max_decoding_message_size(opts.max_message_bytes)
-                .max_encoding_message_size(opts.max_message_bytes)
-                .accept_compressed(CompressionEncoding::Gzip);
-            if opts.compress_responses {
-                service = service.send_compressed(CompressionEncoding::Gzip);
-            }
-            let result = tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(opts.keepalive_time))
-                .http2_keepalive_timeout(Some(opts.keepalive_timeout))
-                .add_service(service)
-                .add_service(health::service(server))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                })
-                .await;
-            if let Err(e) = result {
-                tracing::error!("gRPC server: {e}");
-            }
-        });
-    })?;
-    Ok(GrpcHandle { stop: Some(stop_tx), thread: Some(thread) })
+    pub(crate) server: Arc<Server>,
 }
 
 fn tensor_metadata(t: &crate::server::TensorMetadata) -> pb::model_metadata_response::TensorMetadata {

@@ -1,0 +1,141 @@
+//! Where the gRPC service runs: `threads` single-threaded tokio runtimes, each serving the
+//! connections an acceptor hands it in turn. All of one connection's calls run on one thread,
+//! in the order their HTTP/2 streams arrived, so separate unary calls of one sequence reach the
+//! engine in the order the client sent them. On a multi-threaded runtime they did not: the most
+//! recently spawned stream task runs first (tokio's LIFO slot) and another worker may take the
+//! earlier one, so perf_analyzer's END, sent while the sequence's previous request was still in
+//! flight, overtook it and ended the sequence first (9-16 "must specify the START flag" errors
+//! per run at 256 sequences; none with this layout, as with Triton). Different connections still
+//! spread over every thread.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tonic::codec::CompressionEncoding;
+
+use super::{health, GrpcOptions, GrpcService};
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
+use crate::server::Server;
+
+/// The running endpoint: `stop` lets in-flight calls finish, then returns.
+pub struct GrpcHandle {
+    stop: watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl GrpcHandle {
+    pub fn stop(self, timeout: Duration) {
+        let _ = self.stop.send(true);
+        let deadline = Instant::now() + timeout;
+        for thread in self.threads {
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                tracing::warn!("gRPC calls still running after {}s; exiting anyway", timeout.as_secs());
+                return;
+            }
+        }
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// One serving thread: the connections arriving on `rx`.
+fn serving_thread(
+    index: usize,
+    server: Arc<Server>,
+    opts: GrpcOptions,
+    rx: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let rt = runtime()?;
+    std::thread::Builder::new().name(format!("grpc-{index}")).spawn(move || {
+        rt.block_on(async move {
+            let incoming = futures::stream::unfold(rx, |mut rx| async move {
+                let stream = rx.recv().await?;
+                let stream = tokio::net::TcpStream::from_std(stream);
+                if let Ok(s) = &stream {
+                    let _ = s.set_nodelay(true);
+                }
+                Some((stream, rx))
+            });
+            let mut service = GrpcInferenceServiceServer::new(GrpcService { server: server.clone() })
+                .max_decoding_message_size(opts.max_message_bytes)
+                .max_encoding_message_size(opts.max_message_bytes)
+                .accept_compressed(CompressionEncoding::Gzip);
+            if opts.compress_responses {
+                service = service.send_compressed(CompressionEncoding::Gzip);
+            }
+            let result = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(opts.keepalive_time))
+                .http2_keepalive_timeout(Some(opts.keepalive_timeout))
+                .add_service(service)
+                .add_service(health::service(server))
+                .serve_with_incoming_shutdown(incoming, stopped(stop))
+                .await;
+            if let Err(e) = result {
+                tracing::error!("gRPC server: {e}");
+            }
+        })
+    })
+}
+
+/// Binds `addr` and serves on threads of its own; errors binding are returned here.
+pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow::Result<GrpcHandle> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut threads = Vec::new();
+    let mut lanes = Vec::new();
+    for index in 0..opts.threads.max(1) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        lanes.push(tx);
+        threads.push(serving_thread(index, server.clone(), opts.clone(), rx, stop_rx.clone())?);
+    }
+    let rt = runtime()?;
+    let stop = stop_rx.clone();
+    threads.push(std::thread::Builder::new().name("grpc-accept".into()).spawn(move || {
+        rt.block_on(async move {
+            let listener = match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!("gRPC listener: {e}");
+                    return;
+                }
+            };
+            let mut next = 0usize;
+            let mut stop = std::pin::pin!(stopped(stop));
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => match stream.into_std() {
+                            Ok(stream) => {
+                                let _ = lanes[next % lanes.len()].send(stream);
+                                next = next.wrapping_add(1);
+                            }
+                            Err(e) => tracing::warn!("gRPC: cannot hand a connection over: {e}"),
+                        },
+                        Err(e) => {
+                            // Out of file descriptors and the like: wait a little, keep serving.
+                            tracing::warn!("gRPC accept: {e}");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    },
+                    _ = &mut stop => break,
+                }
+            }
+        })
+    })?);
+    Ok(GrpcHandle { stop: stop_tx, threads })
+}
