@@ -30,6 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 from json_vs_binary import DEFAULT_ORT, DEFAULT_SERVER, HERE, MODEL, ROOT, bench_server  # noqa: E402
 
 N = 16
@@ -149,8 +150,6 @@ def main():
                "json_request_bytes": len(json_body), "binary_request_bytes": len(bin_req[1]),
                "requests_per_repeat": args.requests, "repeats": args.repeats, "time": stamp,
                "median": med, "median_ratio_binary_over_json": med_ratio, "runs": reps}
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
     lines = [f"# JSON vs binary tensors, interleaved per request, {MODEL}, HTTP, concurrency 1 ({stamp})", "",
              f"Python http.client, one keep-alive connection; {args.requests} requests per repeat "
              f"(half each format, alternating); request bodies {len(json_body)} B JSON, "
@@ -164,12 +163,7 @@ def main():
         lines.append(f"| {name} | {j['p50_us']:.0f} | {j['p99_us']:.0f} | {j['infer_per_s']:.0f} | "
                      f"{bb['p50_us']:.0f} | {bb['p99_us']:.0f} | {bb['infer_per_s']:.0f} | "
                      f"{q['infer_per_s']:.3f} | {q['p50_us']:.3f} | {q['p99_us']:.3f} |")
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(text)
-    print()
-    print(text)
-    print(f"results in {out_dir}")
+    common.write_summary(out_dir, summary, lines)
 
 
 if __name__ == "__main__":

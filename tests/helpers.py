@@ -189,3 +189,14 @@ def error_text(resp) -> str:
     body = resp.json()
     assert set(body) == {"error"}, f"error body should be {{'error': ...}}, got {body!r}"
     return body["error"]
+
+
+def wait_until(predicate, timeout=20.0, what="condition", interval=0.05):
+    """Polls `predicate` until it returns something truthy, and returns that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import error_text
+from helpers import error_text, wait_until
 
 
 def add_sub_inputs(a, b):
@@ -27,15 +27,6 @@ def infer_add_sub(client, version=""):
     np.testing.assert_allclose(res.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
     return res
 
-
-def wait_until(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def entry(index, name, version=None):

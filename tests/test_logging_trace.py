@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import error_text
+from helpers import error_text, wait_until
 
 MODELS = ["add_sub", "identity_fp32"]
 
@@ -28,15 +28,6 @@ HTTP_POINTS = ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START
                "HTTP_SEND_START", "HTTP_SEND_END"]
 GRPC_POINTS = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END"] + HTTP_POINTS[2:9] + ["GRPC_SEND_START", "GRPC_SEND_END"]
 
-
-def wait_until(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def http_add_sub(client, request_id=""):

@@ -24,7 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, copy_bundled_repo
+from helpers import Server, copy_bundled_repo, wait_until
 
 # --------------------------------------------------------------------------------------------
 # A parser of the Prometheus text exposition format.
@@ -246,15 +246,6 @@ def grpc_add_sub(client, batch):
     np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), np.zeros((batch, 16), np.float32))
 
 
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def in_threads(fns):
     threads = [threading.Thread(target=f) for f in fns]
@@ -344,14 +335,14 @@ def run_traffic(srv):
             codes.append((model, requests.post(f"{srv.base}/v2/models/{model}/infer", json=identity_body(n), timeout=60).status_code))
 
         first = in_threads([lambda: slow("slow_batch")])
-        wait_for(lambda: scrape(srv)["tritium_batcher_batches_total"].value(model="slow_batch", version="1") == 1,
+        wait_until(lambda: scrape(srv)["tritium_batcher_batches_total"].value(model="slow_batch", version="1") == 1,
                  what="the first slow_batch request to reach the instance")
         rest = in_threads([lambda: slow("slow_batch")] * 3 + [lambda: slow("slow_batch", 2)])
 
         def four_queued():
             m = scrape(srv)
             return m if m["tritium_scheduler_queue_length"].value(model="slow_batch", version="1") == 4 else None
-        during_batch = wait_for(four_queued, timeout=SLOW_BATCH_MS / 1000 * 0.9, what="four requests queued on slow_batch")
+        during_batch = wait_until(four_queued, timeout=SLOW_BATCH_MS / 1000 * 0.9, what="four requests queued on slow_batch")
         # A gRPC request queued behind them and cancelled by its client (CANCELED).
         req = service_pb2.ModelInferRequest(model_name="slow_batch")
         req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 3]).contents.fp32_contents.extend([1.0] * 3)
@@ -378,7 +369,7 @@ def run_traffic(srv):
             m = scrape(srv)
             return all(v == 0 for _, v in m["nv_inference_pending_request_count"].series()) and \
                 all(v == 0 for _, v in m["tritium_scheduler_mailbox_depth"].series())
-        wait_for(quiet, what="no pending request")
+        wait_until(quiet, what="no pending request")
         time.sleep(0.3)
         stats = all_stats(srv)
         metrics = scrape(srv)
@@ -560,12 +551,12 @@ def test_an_unloaded_model_leaves_the_metrics_and_a_reload_starts_at_zero(start_
         http_add_sub(srv.client, 2)
     assert scrape(srv)["nv_inference_count"].value(model="add_sub", version="1") == 6
     srv.client.unload_model("add_sub")
-    wait_for(lambda: not srv.client.is_model_ready("add_sub"), what="add_sub to unload")
+    wait_until(lambda: not srv.client.is_model_ready("add_sub"), what="add_sub to unload")
 
     def gone():
         m = scrape(srv)
         return all(l.get("model") != "add_sub" for f in m.values() for _, l, _ in f.samples) and m
-    m = wait_for(gone, what="add_sub to leave the metrics")
+    m = wait_until(gone, what="add_sub to leave the metrics")
     assert m["nv_inference_count"].value(model="identity_fp32", version="1") == 0
     srv.client.load_model("add_sub")
     http_add_sub(srv.client, 1)
