@@ -32,15 +32,7 @@ impl IdentityFactory {
                 )));
             }
         }
-        let delay_ms = match config.parameters.get("execute_delay_ms") {
-            None => 0,
-            Some(p) => p.string_value.trim().parse::<u64>().map_err(|_| {
-                Error::invalid(format!(
-                    "model '{}': parameter 'execute_delay_ms' must be a non-negative integer, got '{}'",
-                    config.name, p.string_value
-                ))
-            })?,
-        };
+        let delay_ms = crate::config::uint_parameter(&config.name, &config.parameters, "execute_delay_ms")?.unwrap_or(0);
         Ok(IdentityFactory {
             pairs: config.input.iter().zip(&config.output).map(|(i, o)| (i.name.clone(), o.name.clone())).collect(),
             delay: Duration::from_millis(delay_ms),

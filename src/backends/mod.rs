@@ -58,11 +58,7 @@ pub fn model_file(config: &ModelConfig, model_dir: &Path, version: i64, default:
 }
 
 fn thread_parameter(config: &ModelConfig, key: &str) -> Result<Option<usize>> {
-    let Some(param) = config.parameters.get(key) else { return Ok(None) };
-    let value = param.string_value.trim();
-    value.parse::<usize>().map(|n| (n > 0).then_some(n)).map_err(|_| {
-        Error::invalid(format!("model '{}': parameter '{key}' must be a non-negative integer, got '{value}'", config.name))
-    })
+    Ok(crate::config::uint_parameter(&config.name, &config.parameters, key)?.filter(|n| *n > 0).map(|n| n as usize))
 }
 
 /// Without `intra_op_thread_count`, N instances of a model split the cores between them (each

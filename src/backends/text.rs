@@ -34,18 +34,10 @@ impl TokenizerFactory {
             .map_err(|e| Error::invalid(format!("model '{}': cannot load tokenizer {}: {e}", config.name, file.display())))?;
         // Pad to the longest text of each batch rather than a fixed length.
         let padding = tokenizer.get_padding().cloned().unwrap_or_default();
-        let multiple = match config.parameters.get("pad_to_multiple_of") {
+        let multiple = match crate::config::uint_parameter(&config.name, &config.parameters, "pad_to_multiple_of")? {
             None => padding.pad_to_multiple_of,
-            Some(p) => match p.string_value.trim().parse::<usize>() {
-                Ok(0) => None,
-                Ok(n) => Some(n),
-                Err(_) => {
-                    return Err(Error::invalid(format!(
-                        "model '{}': parameter 'pad_to_multiple_of' must be a non-negative integer, got '{}'",
-                        config.name, p.string_value
-                    )))
-                }
-            },
+            Some(0) => None,
+            Some(n) => Some(n as usize),
         };
         tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, pad_to_multiple_of: multiple, ..padding }));
         let input = config

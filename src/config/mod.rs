@@ -24,6 +24,22 @@ pub use policy::to_policy;
 pub use text::parse_pbtxt;
 pub use validate::validate;
 
+/// A `parameters` entry that must be a non-negative integer (Tritium's own knobs: delays,
+/// bounds, thread counts); None when the config does not set it.
+pub fn uint_parameter(
+    model: &str,
+    parameters: &std::collections::HashMap<String, crate::proto::inference::ModelParameter>,
+    key: &str,
+) -> tritium_actors::Result<Option<u64>> {
+    let Some(p) = parameters.get(key) else { return Ok(None) };
+    p.string_value.trim().parse::<u64>().map(Some).map_err(|_| {
+        tritium_actors::Error::invalid(format!(
+            "model '{model}': parameter '{key}' must be a non-negative integer, got '{}'",
+            p.string_value
+        ))
+    })
+}
+
 /// The config enum for an engine datatype.
 pub fn proto_data_type(dt: DataType) -> ProtoDataType {
     match dt {

@@ -94,24 +94,10 @@ pub fn sequence_policy(
         };
         states.push(StateSpec { input: s.input_name.clone(), output: s.output_name.clone(), datatype, dims, initial });
     }
-    let max_backlog = match parameters.get("max_sequence_backlog") {
-        None => tritium_actors::policy::DEFAULT_QUEUE_CAPACITY,
-        Some(p) => p.string_value.trim().parse::<usize>().map_err(|_| {
-            Error::invalid(format!(
-                "model '{model}': parameter 'max_sequence_backlog' must be a non-negative integer, got '{}'",
-                p.string_value
-            ))
-        })?,
-    };
-    let start_grace = match parameters.get("sequence_start_grace_ms") {
-        None => tritium_actors::policy::DEFAULT_START_GRACE,
-        Some(p) => Duration::from_millis(p.string_value.trim().parse::<u64>().map_err(|_| {
-            Error::invalid(format!(
-                "model '{model}': parameter 'sequence_start_grace_ms' must be a non-negative integer, got '{}'",
-                p.string_value
-            ))
-        })?),
-    };
+    let max_backlog = super::uint_parameter(model, parameters, "max_sequence_backlog")?
+        .map_or(tritium_actors::policy::DEFAULT_QUEUE_CAPACITY, |n| n as usize);
+    let start_grace = super::uint_parameter(model, parameters, "sequence_start_grace_ms")?
+        .map_or(tritium_actors::policy::DEFAULT_START_GRACE, Duration::from_millis);
     let idle = if sb.max_sequence_idle_microseconds == 0 { DEFAULT_MAX_IDLE_US } else { sb.max_sequence_idle_microseconds };
     Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states, max_backlog, start_grace })
 }
@@ -160,5 +146,20 @@ mod tests {
         let e = seq(r#"{"name":"m","sequence_batching":{"control_input":[{"name":"S","control":[{"kind":"CONTROL_SEQUENCE_START","int32_false_true":[1]}]}]}}"#)
             .unwrap_err();
         assert!(e.message.contains("exactly two values"), "{e}");
+    }
+
+    #[test]
+    fn tritium_sequence_parameters() {
+        let p = seq(r#"{"name":"m","sequence_batching":{},"parameters":{
+            "max_sequence_backlog":{"string_value":"3"},"sequence_start_grace_ms":{"string_value":" 0 "}}}"#)
+        .unwrap();
+        assert_eq!((p.max_backlog, p.start_grace), (3, Duration::ZERO));
+        let p = seq(r#"{"name":"m","sequence_batching":{}}"#).unwrap();
+        assert_eq!(p.start_grace, tritium_actors::policy::DEFAULT_START_GRACE);
+        for (key, value) in [("max_sequence_backlog", "-1"), ("sequence_start_grace_ms", "soon")] {
+            let json = format!(r#"{{"name":"m","sequence_batching":{{}},"parameters":{{"{key}":{{"string_value":"{value}"}}}}}}"#);
+            let e = seq(&json).unwrap_err();
+            assert!(e.message.contains(key) && e.message.contains("non-negative integer"), "{e}");
+        }
     }
 }
