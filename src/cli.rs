@@ -77,8 +77,8 @@ pub struct Cli {
     /// HTTP worker threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub http_thread_count: usize,
-    /// Largest HTTP request body accepted, in bytes.
-    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    /// Largest HTTP request body accepted, in bytes (Triton's default: 64 MiB).
+    #[arg(long, default_value_t = 1 << 26)]
     pub http_max_input_size: usize,
 
     /// Allow the gRPC endpoint.
@@ -177,4 +177,70 @@ pub struct Cli {
     /// `scripts/setup.sh` installs).
     #[arg(long, env = "ORT_DYLIB_PATH")]
     pub onnxruntime_library: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("tritium").chain(args.iter().copied())).expect("flags parse")
+    }
+
+    #[test]
+    fn defaults_are_tritons() {
+        let cli = parse(&["--model-repository", "/models"]);
+        assert_eq!(cli.model_repository, vec![PathBuf::from("/models")]);
+        assert_eq!((cli.http_port, cli.grpc_port, cli.metrics_port), (8000, 8001, 8002));
+        assert_eq!(cli.http_address, "0.0.0.0".parse::<IpAddr>().unwrap());
+        assert_eq!(cli.grpc_address, "0.0.0.0".parse::<IpAddr>().unwrap());
+        assert_eq!(cli.metrics_address, None, "metrics bind the HTTP address by default");
+        assert_eq!(cli.model_control_mode, ControlMode::None);
+        assert!(cli.load_model.is_empty());
+        assert_eq!(cli.repository_poll_secs, 15);
+        assert!(!cli.strict_model_config);
+        assert!(cli.strict_readiness);
+        assert_eq!(cli.exit_timeout_secs, 30);
+        assert_eq!(cli.http_max_input_size, 1 << 26, "Triton's --http-max-input-size is 64 MiB");
+        assert!(cli.allow_http && cli.allow_grpc && cli.allow_metrics);
+        assert_eq!(cli.log_verbose, 0);
+        assert!(cli.log_info && cli.log_warning && cli.log_error);
+        assert_eq!(cli.grpc_infer_response_compression_level, Compression::None);
+    }
+
+    #[test]
+    fn model_repository_is_required_and_repeatable() {
+        assert!(Cli::try_parse_from(["tritium"]).is_err());
+        let cli = parse(&["--model-repository", "/a", "--model-store", "/b", "--model-repository=/c"]);
+        assert_eq!(cli.model_repository, ["/a", "/b", "/c"].map(PathBuf::from).to_vec());
+    }
+
+    #[test]
+    fn tritons_flag_spellings_parse() {
+        let cli = parse(&[
+            "--model-repository=/m",
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            "--load-model",
+            "add_sub",
+            "--strict-model-config=true",
+            "--allow-grpc=false",
+            "--allow-metrics",
+            "0",
+            "--http-max-input-size",
+            "1024",
+            "--repository-poll-secs",
+            "2",
+            "--exit-timeout-secs=5",
+        ]);
+        assert_eq!(cli.model_control_mode, ControlMode::Explicit);
+        assert_eq!(cli.load_model, ["*", "add_sub"]);
+        assert!(cli.strict_model_config);
+        assert!(!cli.allow_grpc && !cli.allow_metrics && cli.allow_http);
+        assert_eq!(cli.http_max_input_size, 1024);
+        assert_eq!(cli.repository_poll_secs, 2);
+        assert_eq!(cli.exit_timeout_secs, 5);
+        assert!(Cli::try_parse_from(["tritium", "--model-repository=/m", "--strict-model-config=maybe"]).is_err());
+        assert!(Cli::try_parse_from(["tritium", "--model-repository=/m", "--model-control-mode=sometimes"]).is_err());
+    }
 }

@@ -189,7 +189,11 @@ impl RepositoryManager {
                         *v = (ModelState::Unavailable, reason.clone());
                     }
                 } else {
-                    // The versions already serving stay; the failed reload is reported.
+                    // The versions already serving stay; the failed reload is reported (in the
+                    // index, as their reason, until a reload succeeds).
+                    for v in r.versions.values_mut().filter(|v| v.0 == ModelState::Ready) {
+                        v.1 = reason.clone();
+                    }
                     r.reason = reason;
                 }
             });
