@@ -6,13 +6,14 @@ for a client's malformed JSON, Tritium answers 400 (see the reference doc); ever
 status is Triton's.
 """
 import json
+import threading
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import binary_request, error_text
+from helpers import binary_request, error_text, wait_until
 
 ADD_SUB = "/v2/models/add_sub/infer"
 
@@ -141,7 +142,9 @@ def test_input_without_data(server):
 def test_negative_shape(server):
     body = {"inputs": [tensor("INPUT0", [-2], [])]}
     r = server.post("/v2/models/identity_fp32/infer", body)
-    assert r.status_code == 400, r.text
+    # Triton's prefix; its tail ("attempt to access JSON non-unsigned-integer as unsigned-integer")
+    # is RapidJSON's wording.
+    assert_error(r, 400, "Unable to parse 'shape'")
 
 
 def test_unknown_requested_output(server):
@@ -156,7 +159,8 @@ def test_batch_larger_than_max_batch_size(server):
 
 def test_missing_batch_dimension(server):
     r = server.post(ADD_SUB, {"inputs": good_inputs((16,))})
-    assert r.status_code == 400, r.text
+    # Triton reads the 16 as the batch size.
+    assert_error(r, 400, "inference request batch-size must be <= 8 for 'add_sub'")
 
 
 @pytest.mark.parametrize("shape", [[2**62, 2**62], [2**62], [2**63 - 1], [2**64], [2**31, 2**31, 2**31]],
@@ -243,7 +247,7 @@ def test_binary_sizes_without_the_header_length(server):
 def test_bad_classification_count(server):
     r = server.post(ADD_SUB, {"inputs": good_inputs(),
                               "outputs": [{"name": "OUTPUT0", "parameters": {"classification": "two"}}]})
-    assert r.status_code == 400, r.text
+    assert_error(r, 400, "'classification'")
 
 
 def test_server_still_serves_after_all_bad_requests(server):
@@ -263,3 +267,69 @@ def test_body_over_http_max_input_size(start_server):
     r = srv.post(ADD_SUB, small[:-1] + " " * (2 << 20) + "}")
     assert_error(r, 400, "exceeds the maximum allowed value")
     assert_still_serves(srv)
+
+
+def test_bad_bodies_harm_no_concurrent_client(start_server, repo_copy):
+    """Four threads keep sending good add_sub requests (checked against numpy) while one sends
+    every kind of bad body, over and over: each bad one gets its 4xx, not one good one fails, and
+    the server serves afterwards."""
+    limit = 1 << 20
+    srv = start_server(repo_copy(["add_sub", "identity_fp32"]), args=["--http-max-input-size", str(limit)])
+    stop, failures, good = threading.Event(), [], [0] * 4
+
+    def good_traffic(i):
+        client = httpclient.InferenceServerClient(srv.http_url, network_timeout=60.0)
+        rng = np.random.default_rng(i)
+        try:
+            while not stop.is_set():
+                a = rng.standard_normal((1, 16)).astype(np.float32)
+                ins = [httpclient.InferInput("INPUT0", [1, 16], "FP32"), httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+                ins[0].set_data_from_numpy(a, binary_data=bool(i % 2))
+                ins[1].set_data_from_numpy(a, binary_data=False)
+                try:
+                    res = client.infer("add_sub", ins)
+                    np.testing.assert_allclose(res.as_numpy("OUTPUT0"), a + a, rtol=1e-6)
+                    np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), np.zeros_like(a))
+                    good[i] += 1
+                except Exception as e:  # pragma: no cover - the failure case
+                    failures.append(f"{type(e).__name__}: {e}")
+        finally:
+            client.close()
+
+    big = (2 * limit) // 4
+    over_binary = binary_request({"inputs": [{"name": "INPUT0", "shape": [big], "datatype": "FP32",
+                                              "parameters": {"binary_data_size": big * 4}}]}, [bytes(big * 4)])
+    small = json.dumps({"inputs": good_inputs()})
+    bad = [  # (path, body, headers, fragment of the error)
+        (ADD_SUB, b'{"inputs": [', None, "failed to parse the request JSON buffer"),
+        (ADD_SUB, b"\xff\xfe not json", None, "failed to parse the request JSON buffer"),
+        (ADD_SUB, b'{"inputs": {}}', None, "Unable to parse 'inputs'"),
+        ("/v2/models/identity_fp32/infer", json.dumps({"inputs": [tensor("INPUT0", [2**62, 2**62], [1.0])]}), None, "INPUT0"),
+        ("/v2/models/identity_fp32/infer", json.dumps({"inputs": [tensor("INPUT0", [1, 2**62], [1.0])]}), None, "INPUT0"),
+        ("/v2/models/identity_fp32/infer", json.dumps({"inputs": [tensor("INPUT0", [2**64], [1.0])]}), None, "'shape'"),
+        (ADD_SUB, *binary_add_sub(sizes=(2**62, 64)), "unexpected size for input 'INPUT0'"),
+        (ADD_SUB, *binary_add_sub(sizes=(2**64 - 1, 64)), "INPUT0"),
+        (ADD_SUB, *binary_add_sub(sizes=(64, 60)), "unexpected additional input data"),
+        (ADD_SUB, *binary_add_sub(blobs=[bytes(64), bytes(60)]), "expecting 4 additional bytes"),
+        ("/v2/models/identity_fp32/infer", *over_binary, "exceeds the maximum allowed value"),
+        (ADD_SUB, small[:-1] + " " * (2 * limit) + "}", None, "exceeds the maximum allowed value"),
+    ]
+    threads = [threading.Thread(target=good_traffic, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: all(good), what="good traffic on all four threads")
+        for _ in range(3):
+            for path, body, headers, fragment in bad:
+                r = srv.post(path, body, headers=headers)
+                assert_error(r, 400, fragment)
+        before = sum(good)
+        wait_until(lambda: sum(good) > before + 4, what="good traffic to keep flowing")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not failures, f"{len(failures)} good requests failed, e.g. {failures[:3]}\n{srv.log_tail()}"
+    assert sum(good) > 20
+    assert_still_serves(srv)
+    assert srv.client.is_server_ready() and srv.client.is_model_ready("add_sub")

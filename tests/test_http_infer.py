@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from helpers import binary_request, split_binary_response
+from helpers import REPO_ROOT, binary_request, split_binary_response
 
 
 def add_sub_inputs(a, b, binary=True):
@@ -258,6 +258,34 @@ def test_classification_without_labels(server):
     res = server.client.infer("add_sub", add_sub_inputs(a, b), outputs=[
         httpclient.InferRequestedOutput("OUTPUT0", binary_data=True, class_count=2)])
     assert [s.decode() for s in res.as_numpy("OUTPUT0").ravel()] == ["0.900000:3", "0.700000:1"]
+
+
+def test_classification_with_labels(server):
+    """`classify` (OUTPUT0 = softmax(INPUT0), labels.txt) with class_count 2 over tritonclient:
+    "<value>:<index>:<label>" strings, best first, the label being line <index> of labels.txt."""
+    labels = (REPO_ROOT / "model_repository" / "classify" / "labels.txt").read_text().split()
+    assert labels == ["cat", "dog", "bird", "fish"]
+    x = np.array([0.1, 0.7, 0.05, 0.9], dtype=np.float32)
+    p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+    expected = [f"{p[i]:f}:{i}:{labels[i]}" for i in (3, 1)]
+    assert expected[0].endswith(":3:fish") and expected[1].endswith(":1:dog")
+    inp = httpclient.InferInput("INPUT0", [4], "FP32")
+    inp.set_data_from_numpy(x)
+
+    def strings(res, name):
+        return [v.decode() if isinstance(v, bytes) else v for v in res.as_numpy(name).ravel()]
+    for binary in (False, True):
+        res = server.client.infer("classify", [inp], outputs=[
+            httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary, class_count=2)])
+        out = res.get_output("OUTPUT0")
+        assert out["datatype"] == "BYTES" and out["shape"] == [2], out
+        assert strings(res, "OUTPUT0") == expected, binary
+    # A class_count above the element count gives every class; OUTPUT1 has no labels.
+    res = server.client.infer("classify", [inp], outputs=[
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=9),
+        httpclient.InferRequestedOutput("OUTPUT1", binary_data=False, class_count=1)])
+    assert strings(res, "OUTPUT0") == [f"{p[i]:f}:{i}:{labels[i]}" for i in (3, 1, 0, 2)]
+    assert strings(res, "OUTPUT1") == ["0.900000:3"]
 
 
 def test_classification_per_batch_element(server):

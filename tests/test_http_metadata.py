@@ -2,7 +2,10 @@
 
 Expected shapes and texts come from docs/triton-reference.md (Triton 2.51).
 """
+import socket
+
 import pytest
+import requests
 from tritonclient.utils import InferenceServerException
 
 from helpers import error_text
@@ -106,3 +109,26 @@ def test_model_without_config_is_autocompleted_from_its_file(server):
 def test_unknown_route_is_404_and_wrong_method_405(server):
     assert server.get("/v2/nothing/here").status_code == 404
     assert server.get("/v2/models/add_sub/infer").status_code == 405
+
+
+def refuses_connections(port) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_allow_grpc_and_metrics_false_close_those_ports(start_server, repo_copy):
+    """`--allow-grpc=false --allow-metrics=false`: nothing listens on the gRPC and metrics ports
+    while HTTP serves (with the defaults all three answer)."""
+    srv = start_server(repo_copy(["add_sub"]), args=["--allow-grpc=false", "--allow-metrics=false"])
+    assert srv.client.is_server_ready()
+    assert srv.client.is_model_ready("add_sub")
+    assert refuses_connections(srv.grpc_port)
+    assert refuses_connections(srv.metrics_port)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(srv.metrics_url, timeout=2)
+    other = start_server(repo_copy(["add_sub"]))
+    assert not refuses_connections(other.grpc_port)
+    assert requests.get(other.metrics_url, timeout=5).status_code == 200

@@ -80,3 +80,43 @@ def test_exit_timeout_bounds_the_wait(tmp_path):
         srv.kill()
     assert code == 0, srv.log_tail()
     assert time.monotonic() - started < 6, "an exit timeout of 1 s is honoured"
+
+
+def test_during_shutdown_not_ready_and_new_infers_refused_while_in_flight_finish(start_server, tmp_path):
+    """Between SIGTERM and exit, while a slow request is still running: readiness is false (or
+    the connection is refused) and a new infer is refused, on a new connection and on one opened
+    before the signal; the in-flight request still answers 200 with its data."""
+    srv = start_server(slow_repo(tmp_path))
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [4.0, 5.0]}]}
+    kept = requests.Session()  # a keep-alive connection opened before the signal
+    assert kept.get(f"{srv.base}/v2/health/ready", timeout=5).status_code == 200
+    result = []
+    in_flight = threading.Thread(target=lambda: result.append(
+        requests.post(f"{srv.base}/v2/models/slow/infer", json=body, timeout=30)))
+    in_flight.start()
+    time.sleep(0.4)  # executing now (1.5 s)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert in_flight.is_alive(), "the slow request is still in flight during these checks"
+
+    def refused(call):
+        """The status code, or None when the connection is refused or dropped."""
+        try:
+            return call().status_code
+        except requests.ConnectionError:
+            return None
+
+    checks = {
+        "ready (new connection)": refused(lambda: requests.get(f"{srv.base}/v2/health/ready", timeout=5)),
+        "ready (kept connection)": refused(lambda: kept.get(f"{srv.base}/v2/health/ready", timeout=5)),
+        "infer (new connection)": refused(lambda: requests.post(f"{srv.base}/v2/models/slow/infer", json=body, timeout=5)),
+        "infer (kept connection)": refused(lambda: kept.post(f"{srv.base}/v2/models/slow/infer", json=body, timeout=5)),
+    }
+    assert in_flight.is_alive(), "the checks ran while the slow request was in flight"
+    for what, status in checks.items():
+        assert status is None or status >= 400, f"{what} answered {status} during shutdown: {checks}"
+    in_flight.join()
+    kept.close()
+    assert srv.stop() == 0, srv.log_tail()
+    assert result[0].status_code == 200, result[0].text
+    assert result[0].json()["outputs"][0]["data"] == [4.0, 5.0]
