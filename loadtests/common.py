@@ -156,6 +156,37 @@ def bench_server(server_bin, ort_lib, model_repository, out_dir, models=None, re
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def tree_cpu_s(root_pid):
+    """CPU seconds (user + system) used so far by `root_pid` and every live process below it
+    (Triton's python stubs, gunicorn's workers), from /proc."""
+    procs = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # after the command: state ppid ... utime (14th field of the line) stime (15th)
+        procs[int(d)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in procs.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(procs[p][1] for p in tree if p in procs) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s():
+    """CPU seconds of this script's waited-for children (perf_analyzer runs) so far."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def model_stats(base, model):
     """Summed counters of /v2/models/<model>/stats over its versions."""
     st = get_json(f"{base}/v2/models/{model}/stats")
@@ -202,7 +233,7 @@ SUMMARY_LINE = "Inferences/Second vs. Client"
 
 
 def run_pa(pa, model, url, protocol, concurrency, csv_path, log_path, extra=(), interval_ms=2000,
-           stability=25, retry=True, timeout=600, server=None, teardown_ok=False):
+           stability=25, retry=True, timeout=600, server=None, teardown_ok=False, batch=1):
     """One perf_analyzer run at one concurrency level. Returns the CSV row's figures plus the
     text output's counts, the -s used and `errors` (the error lines: [] on success).
     Raises PAError when it exits non-zero on both tries or prints error lines. When `server`
@@ -216,7 +247,7 @@ def run_pa(pa, model, url, protocol, concurrency, csv_path, log_path, extra=(), 
     before = model_stats(server.base, model) if server is not None else None
     tries = (stability, 2 * stability) if retry else (stability,)
     for s_pct in tries:
-        cmd = [pa, "-m", model, "-u", url, "-i", protocol, "-b", "1",
+        cmd = [pa, "-m", model, "-u", url, "-i", protocol, "-b", str(batch),
                "--concurrency-range", str(concurrency), "-p", str(interval_ms), "-s", str(s_pct),
                "-f", csv_path] + list(extra)
         if os.path.exists(csv_path):
@@ -257,8 +288,9 @@ def run_pa(pa, model, url, protocol, concurrency, csv_path, log_path, extra=(), 
         "p50_us": int(row["p50 latency"]),
         "p90_us": int(row["p90 latency"]),
         "p99_us": int(row["p99 latency"]),
-        "server_queue_us": int(row["Server Queue"]),
-        "server_compute_infer_us": int(row["Server Compute Infer"]),
+        # absent when the server has no statistics extension (the floor server)
+        "server_queue_us": int(row.get("Server Queue") or 0),
+        "server_compute_infer_us": int(row.get("Server Compute Infer") or 0),
         "stability_pct": s_pct,
         "errors": [],
         "teardown_errors": teardown,

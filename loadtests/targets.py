@@ -17,16 +17,22 @@ Subjects, all started once and kept up for the whole run (each idle while anothe
             (triton_ref/mlp_onnx/model.py, ONNX Runtime default threads, 1 instance) with the same
             dynamic batching as Tritium's (--triton-delay-us / --triton-preferred to change), and
             the python add_sub of triton_ref/make_models.sh.
+  floor     loadtests/ceiling's `floor` binary: actix-web answering add_sub in the request's own
+            handler (no router, scheduler or instance thread): the least latency any server of
+            this shape can show to perf_analyzer on this machine.
 perf_analyzer 2.50.0, batch 1, random data: mlp over HTTP with JSON tensors
 (--input-tensor-format json --output-tensor-format json) at c1 and c16 against tritium, flask,
 fastapi; HTTP (binary tensors, perf_analyzer's default) and gRPC at c1 and c16 against tritium
-and triton; gRPC at c64 against tritium and triton (saturation); add_sub at c1 over HTTP
-(binary) against tritium and triton. Every repeat runs every subject, the order of the subjects
+and triton; gRPC at c64 against tritium and triton (saturation); gRPC with client batches
+(perf_analyzer -b 16 at c4, -b 64 at c2) against tritium (saturation as the ceiling measures it,
+items/s); add_sub at c1 over HTTP (binary) against tritium, triton and floor. Every repeat runs every subject, the order of the subjects
 rotated each repeat; a ratio is taken within a repeat; medians and min–max over repeats.
 
 Server-side breakdowns come from perf_analyzer's server-side columns (the statistics extension
 over its measured windows: queue, compute input, compute infer, compute output per request) and
 batch efficiency = inference_count / execution_count from /v2/models/<m>/stats around each run.
+CPU: the server's process tree (from /proc) and perf_analyzer (its rusage) over each run, in
+cores used and in CPU µs per inference, so a ratio can be read against what the 2 cores allow.
 
   .venv/bin/python loadtests/targets.py [--repeats 3] [--interval-ms 2000] [--skip triton,...]
 
@@ -55,19 +61,27 @@ from common import PAError, median, spread  # noqa: E402
 
 HERE = common.HERE
 ROOT = common.ROOT
-SUBJECTS = ["ceiling", "tritium", "flask", "fastapi", "triton"]
+SUBJECTS = ["ceiling", "tritium", "flask", "fastapi", "triton", "floor"]
 JSON_FMT = ["--input-tensor-format", "json", "--output-tensor-format", "json"]
 
 # (subject, model, protocol, format, concurrency); format "json" or "bin"
 PLAN = {
     "tritium": [("mlp", "http", "json", 1), ("mlp", "http", "json", 16), ("mlp", "http", "bin", 1),
                 ("mlp", "http", "bin", 16), ("mlp", "grpc", "bin", 1), ("mlp", "grpc", "bin", 16),
-                ("mlp", "grpc", "bin", 64), ("add_sub", "http", "bin", 1)],
+                ("mlp", "grpc", "bin", 64), ("mlp", "grpc", "bin-b16", 4), ("mlp", "grpc", "bin-b64", 2),
+                ("add_sub", "http", "bin", 1)],
     "flask": [("mlp", "http", "json", 1), ("mlp", "http", "json", 16)],
     "fastapi": [("mlp", "http", "json", 1), ("mlp", "http", "json", 16)],
     "triton": [("mlp", "http", "bin", 1), ("mlp", "http", "bin", 16), ("mlp", "grpc", "bin", 1),
                ("mlp", "grpc", "bin", 16), ("mlp", "grpc", "bin", 64), ("add_sub", "http", "bin", 1)],
+    "floor": [("add_sub", "http", "bin", 1)],
 }
+NO_STATS = ("flask", "fastapi", "floor")  # subjects without the statistics extension
+
+
+def client_batch(fmt):
+    """perf_analyzer's -b for a plan's format: "bin-b64" -> 64."""
+    return int(fmt.partition("-b")[2] or 1)
 
 
 class Remote:
@@ -166,18 +180,29 @@ def full_csv_row(path):
 
 
 def run_ceiling(args, out_dir, rep):
-    cmd = [args.ceiling, "--model", os.path.join(args.model_repository, "mlp/1/model.onnx"),
-           "--onnxruntime-library", args.onnxruntime_library, "--batch", "1,8,32,64",
-           "--seconds", str(args.ceiling_seconds), "--repeats", "1"]
-    if args.ceiling_intra_threads:
-        cmd += ["--intra-threads", str(args.ceiling_intra_threads)]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-    with open(os.path.join(out_dir, f"rep{rep}-ceiling.log"), "w") as f:
-        f.write(" ".join(cmd) + "\n" + p.stdout + p.stderr + f"[rc {p.returncode}]\n")
-    if p.returncode != 0:
-        raise RuntimeError(f"ceiling exited {p.returncode}: {p.stderr[-300:]}")
-    rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
-    return {r["batch"]: r for r in rows}
+    """One ceiling process per batch size, so each gets its CPU time (rusage) beside items/s."""
+    out = {}
+    for batch in (1, 8, 32, 64):
+        cmd = [args.ceiling, "--model", os.path.join(args.model_repository, "mlp/1/model.onnx"),
+               "--onnxruntime-library", args.onnxruntime_library, "--batch", str(batch),
+               "--seconds", str(args.ceiling_seconds), "--repeats", "1"]
+        if args.ceiling_intra_threads:
+            cmd += ["--intra-threads", str(args.ceiling_intra_threads)]
+        cpu0, t0 = common.children_cpu_s(), time.monotonic()
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        cores = (common.children_cpu_s() - cpu0) / (time.monotonic() - t0)
+        with open(os.path.join(out_dir, f"rep{rep}-ceiling.log"), "a") as f:
+            f.write(" ".join(cmd) + "\n" + p.stdout + p.stderr + f"[rc {p.returncode}, {cores:.2f} cores]\n")
+        if p.returncode != 0:
+            raise RuntimeError(f"ceiling exited {p.returncode}: {p.stderr[-300:]}")
+        for ln in p.stdout.splitlines():
+            if ln.startswith("{"):
+                r = json.loads(ln)
+                # the process's CPU over its whole life (session setup included) per item run
+                r["cores"] = cores
+                r["cpu_us_per_item"] = cores * 1e6 / r["items_per_s"]
+                out[r["batch"]] = r
+    return out
 
 
 def measure(args, out_dir, rep, subject, srv, runs, failures):
@@ -187,13 +212,18 @@ def measure(args, out_dir, rep, subject, srv, runs, failures):
         stats_srv = srv
         if subject in ("flask", "fastapi"):
             extra += ["-x", "1"]  # without a version perf_analyzer cannot match their stats
+        if subject in NO_STATS:
             stats_srv = None
         try:
             srv.alive()
+            cpu0, pa0, t0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s(), time.monotonic()
             r = common.run_pa(args.perf_analyzer, model, srv.url(protocol), protocol, c,
                               os.path.join(out_dir, label + ".csv"), os.path.join(out_dir, label + ".log"),
                               extra=extra, interval_ms=args.interval_ms, stability=args.stability,
-                              server=stats_srv)
+                              server=stats_srv, batch=client_batch(fmt))
+            wall = time.monotonic() - t0
+            r["server_cores"] = (common.tree_cpu_s(srv.proc.pid) - cpu0) / wall
+            r["client_cores"] = (common.children_cpu_s() - pa0) / wall
         except (PAError, RuntimeError) as e:
             print(f"FAILED {label}: {e}", flush=True)
             failures.append({"run": label, "error": str(e)})
@@ -210,11 +240,13 @@ def measure(args, out_dir, rep, subject, srv, runs, failures):
         r.update(repeat=rep, subject=subject, model=model, protocol=protocol, fmt=fmt)
         runs.append(r)
         print(f"{label:>40}: {r['infer_per_s']:9.1f} infer/s  p50 {r['p50_us']:>7} µs  p99 {r['p99_us']:>7} µs"
-              + (f"  batch eff {r['batch_efficiency']:.2f}" if d else ""), flush=True)
+              + (f"  batch eff {r['batch_efficiency']:.2f}" if d else "")
+              + f"  cores server {r['server_cores']:.2f} client {r['client_cores']:.2f}", flush=True)
 
 
 def warm_up(args, out_dir, subject, srv):
-    for model, protocol, fmt, c in PLAN[subject][:1] + [p for p in PLAN[subject] if p[0] == "add_sub"][:1]:
+    plan = PLAN[subject][:1] + [p for p in PLAN[subject] if p[0] == "add_sub"][:1]
+    for model, protocol, fmt, c in dict.fromkeys(plan):
         extra = list(JSON_FMT) if fmt == "json" else []
         if subject in ("flask", "fastapi"):
             extra += ["-x", "1"]
@@ -242,6 +274,8 @@ def main():
     ap.add_argument("--skip", default="", help="comma-separated subjects to leave out: " + ",".join(SUBJECTS))
     ap.add_argument("--ceiling", default="/tmp/tritium-bench-target/release/ceiling",
                     help="the loadtests/ceiling binary (release)")
+    ap.add_argument("--floor", default="/tmp/tritium-bench-target/release/floor",
+                    help="the loadtests/ceiling floor server binary (release)")
     ap.add_argument("--ceiling-seconds", type=float, default=2.0, help="per batch size per repeat")
     ap.add_argument("--ceiling-intra-threads", type=int, default=0, help="0 = ONNX Runtime's default")
     ap.add_argument("--baselines-venv", default=os.path.join(HERE, ".baselines-venv"))
@@ -267,6 +301,9 @@ def main():
     if "ceiling" in subjects and not os.path.exists(args.ceiling):
         sys.exit(f"missing {args.ceiling}: CARGO_TARGET_DIR=/tmp/tritium-bench-target cargo build --release "
                  "--locked -p tritium-ceiling (or --skip ceiling)")
+    if "floor" in subjects and not os.path.exists(args.floor):
+        sys.exit(f"missing {args.floor}: CARGO_TARGET_DIR=/tmp/tritium-bench-target cargo build --release "
+                 "--locked -p tritium-ceiling (or --skip floor)")
     if ({"flask", "fastapi"} & set(subjects)) and not os.path.exists(os.path.join(args.baselines_venv, "bin/gunicorn")):
         sys.exit(f"missing {args.baselines_venv}: run loadtests/setup.sh (or --skip flask,fastapi)")
     if "triton" in subjects and not os.path.exists(os.path.join(args.triton_ref, "backends/python")):
@@ -300,6 +337,12 @@ def main():
                                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                                 "--no-access-log", "fastapi_app:app"],
                     baseline_env(args), os.path.join(out_dir, "server-fastapi.log"), port, ready=["mlp"]))
+            if "floor" in subjects:
+                port = common.free_ports(1)[0]
+                servers["floor"] = stack.enter_context(process_server(
+                    "floor", [args.floor, "--port", str(port)], dict(os.environ),
+                    os.path.join(out_dir, "server-floor.log"), port, ready=["add_sub"]))
+                common.add_sub_check(servers["floor"].base)
             if "triton" in subjects:
                 repo, triton_cfg = triton_repo(args, tmp)
                 with open(os.path.join(out_dir, "triton-mlp-config.pbtxt"), "w") as f:
@@ -345,10 +388,11 @@ def why_lines(runs, ceiling):
         if not xs:
             return None
         keys = ("infer_per_s", "p50_us", "p99_us", "server_queue_us", "server_compute_input_us",
-                "server_compute_infer_us", "server_compute_output_us", "network_server_us", "client_send_us")
+                "server_compute_infer_us", "server_compute_output_us", "network_server_us", "client_send_us",
+                "server_cores", "client_cores")
         out = {k: median(r.get(k, 0) for r in xs) for k in keys}
         out["batch_efficiency"] = median(r.get("batch_efficiency", 1.0) for r in xs)
-        out["busy"] = median(busy(r) for r in xs) if subject not in ("flask", "fastapi") else None
+        out["busy"] = median(busy(r) for r in xs) if subject not in NO_STATS else None
         return out
 
     lines = ["", "Where the time goes (medians over the repeats; server figures from the statistics extension "
@@ -386,6 +430,7 @@ def why_lines(runs, ceiling):
                          "Tritium's computes faster per batch but sits idle the rest of the time, while its requests "
                          "spend longer outside the statistics (HTTP/gRPC handling and the hand-off to the "
                          "scheduler, on the 2 cores perf_analyzer also uses).")
+    lines += cpu_lines(agg, ceiling)
     t, tr = agg("tritium", "add_sub", "http", "bin", 1), agg("triton", "add_sub", "http", "bin", 1)
     if t and tr:
         tc = t["server_compute_input_us"] + t["server_compute_infer_us"] + t["server_compute_output_us"]
@@ -397,6 +442,44 @@ def why_lines(runs, ceiling):
                      f"{tr['client_send_us']:.0f} µs: Tritium's model time is lower, its HTTP path outside "
                      "the model is where it loses.")
     return lines
+
+
+def cpu_lines(agg, ceiling):
+    """What the 2 cores allow: CPU per inference of each server and of perf_analyzer, and the
+    most a server could serve if it spent only the ceiling's ONNX Runtime CPU per item."""
+    def per_inf(a, k):
+        return a[k] * 1e6 / a["infer_per_s"] if a and a.get(k) is not None and a["infer_per_s"] else None
+
+    lines, ncores = [], os.cpu_count() or 2
+    for subject, proto, fmt in (("tritium", "http", "json"), ("flask", "http", "json"), ("fastapi", "http", "json"),
+                                ("tritium", "grpc", "bin"), ("triton", "grpc", "bin")):
+        a = agg(subject, "mlp", proto, fmt, 16)
+        if not a or a.get("server_cores") is None:
+            continue
+        lines.append(f"- CPU, {subject} mlp {proto} {fmt} c16: the server used {a['server_cores']:.2f} cores and "
+                     f"perf_analyzer {a['client_cores']:.2f} of the {ncores} ({per_inf(a, 'server_cores'):.0f} and "
+                     f"{per_inf(a, 'client_cores'):.0f} CPU µs per inference).")
+    t, tr = agg("tritium", "mlp", "grpc", "bin", 16), agg("triton", "mlp", "grpc", "bin", 16)
+    if t and tr and ceiling and t.get("client_cores") is not None:
+        b = t["batch_efficiency"]
+        nb = min((1, 8, 32, 64), key=lambda x: abs(x - b))
+        cpu = [c["batches"][nb].get("cpu_us_per_item") for c in ceiling if nb in c["batches"]]
+        cpu = [x for x in cpu if x]
+        if cpu:
+            item = median(cpu)
+            bound = ncores * 1e6 / (per_inf(t, "client_cores") + item)
+            lines.append(f"- Bound at gRPC c16 with batch-1 clients: perf_analyzer's {per_inf(t, 'client_cores'):.0f} "
+                         f"CPU µs per inference plus the ceiling's {item:.0f} CPU µs per item at batch {nb} (ONNX "
+                         f"Runtime alone, no server work) leave at most {bound:.0f} infer/s on {ncores} cores; "
+                         f"3× Triton's {tr['infer_per_s']:.0f} would be {3 * tr['infer_per_s']:.0f}, and Tritium "
+                         f"served {t['infer_per_s']:.0f} ({t['infer_per_s'] / bound:.2f} of the bound).")
+    return lines
+
+
+def cpu_cell(xs, key):
+    """Median CPU µs per inference of `key` (cores used) over runs, '-' where not measured."""
+    vals = [r[key] * 1e6 / r["infer_per_s"] for r in xs if r.get(key) is not None and r["infer_per_s"]]
+    return f"{median(vals):.0f}" if vals else "-"
 
 
 def busy(r):
@@ -432,6 +515,9 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
             top = max(cb.values(), key=lambda r: r["items_per_s"])
             add("sat_vs_ceiling", best["infer_per_s"] / top["items_per_s"])
             extra.setdefault("best", []).append(f"{best['protocol']}-{best['fmt']} c{best['concurrency']}")
+            b1 = [r for r in tri if client_batch(r["fmt"]) == 1]
+            if b1:
+                add("sat_b1_vs_ceiling", max(r["infer_per_s"] for r in b1) / top["items_per_s"])
         t16 = g("tritium", "mlp", "http", "json", 16)
         for base in ("flask", "fastapi"):
             b16 = g(base, "mlp", "http", "json", 16)
@@ -448,6 +534,11 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
         t, b = g("tritium", "add_sub", "http", "bin", 1), g("triton", "add_sub", "http", "bin", 1)
         if t and b:
             add("add_sub_p50", t["p50_us"] / b["p50_us"])
+        f = g("floor", "add_sub", "http", "bin", 1)
+        if f and b:
+            add("floor_vs_triton_add_sub_p50", f["p50_us"] / b["p50_us"])
+        if f and t:
+            add("add_sub_p50_vs_floor", t["p50_us"] / f["p50_us"])
 
     def cell(name, digits=2):
         xs = ratios.get(name)
@@ -457,6 +548,7 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
 
     targets = [
         ("Tritium best-config saturation ÷ ceiling's best items/s", "sat_vs_ceiling", "≥ 0.9", lambda m: m >= 0.9),
+        ("  … with batch-1 clients only", "sat_b1_vs_ceiling", "(≥ 0.9)", lambda m: m >= 0.9),
         ("Tritium ÷ Flask, mlp HTTP JSON c16 infer/s", "vs_flask_c16", "≥ 8", lambda m: m >= 8),
         ("Tritium ÷ FastAPI, mlp HTTP JSON c16 infer/s", "vs_fastapi_c16", "(≥ 8, as Flask)", lambda m: m >= 8),
         ("Tritium ÷ Triton 2.51, mlp HTTP c16 infer/s", "vs_triton_http_c16", "≥ 3 at ≤ p99", None),
@@ -465,6 +557,9 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
         ("  … p99 Tritium ÷ Triton, gRPC c16", "vs_triton_grpc_c16_p99", "≤ 1", lambda m: m <= 1),
         ("Tritium ÷ Triton 2.51, mlp gRPC c64 infer/s (saturation)", "vs_triton_grpc_c64", "(≥ 3)", None),
         ("add_sub HTTP c1 p50 Tritium ÷ Triton 2.51", "add_sub_p50", "≤ 0.3", lambda m: m <= 0.3),
+        ("  … floor server ÷ Triton 2.51 (the least any server answers perf_analyzer in here)",
+         "floor_vs_triton_add_sub_p50", "(≤ 0.3)", lambda m: m <= 0.3),
+        ("  … Tritium ÷ floor server", "add_sub_p50_vs_floor", "-", lambda m: True),
     ]
     tlines = [f"Measured by `loadtests/targets.py` ({stamp}), server built from {header['server_built_from']}; "
               f"{len(reps)} repeats, every subject in every repeat (order rotated), ratio per repeat, "
@@ -480,11 +575,13 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
                    f"no (at {m / 3:.2f}× the target" + (f", p99 ratio {median(p99):.2f}" if p99 else "") + ")")
         else:
             met = "yes" if ok(m) else "no"
-            if not ok(m) and key == "sat_vs_ceiling":
+            if key == "add_sub_p50_vs_floor":
+                met = "-"
+            elif not ok(m) and key.startswith("sat_"):
                 met = f"no (at {m / 0.9:.2f}× the target)"
             elif not ok(m) and key.startswith("vs_f"):
                 met = f"no (at {m / 8:.2f}× the target)"
-            elif not ok(m) and key == "add_sub_p50":
+            elif not ok(m) and key in ("add_sub_p50", "floor_vs_triton_add_sub_p50"):
                 met = f"no ({m / 0.3:.2f}× the target latency ratio)"
         tlines.append(f"| {title} | {text} | {target} | {met} |")
     tlines += why_lines(runs, ceiling)
@@ -508,7 +605,8 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
              f"{args.baseline_workers} workers, uvloop + httptools; both onnxruntime 1.31.1 with "
              f"{args.baseline_intra_threads} intra-op thread per worker; **triton** = real Triton 2.51 (nvidia-pytriton "
              "0.7.0), python backend, mlp through onnxruntime 1.31.1 in `model.py` (config below), add_sub in "
-             "python.", ""]
+             "python; **floor** = `loadtests/ceiling/src/bin/floor.rs`, actix-web answering add_sub in the "
+             "request's own handler (no scheduler, no instance thread, no statistics).", ""]
     lines += ["## Targets", ""] + tlines[2:] + [""]
     # ceiling
     if ceiling:
@@ -523,11 +621,14 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
     # per-subject table
     lines += ["## Every measured configuration", "",
               "Server-side columns (µs per request, from the statistics extension over perf_analyzer's windows; "
-              "Flask/FastAPI have none): queue, compute input, compute infer, compute output. Batch eff. = "
-              "inference_count / execution_count over the run.", "",
+              "Flask/FastAPI/floor have none): queue, compute input, compute infer, compute output. Batch eff. = "
+              "inference_count / execution_count over the run. CPU µs/inf: the server's process tree and "
+              "perf_analyzer, CPU time over the whole perf_analyzer run ÷ its infer/s. tensors `bin-bN`: "
+              "binary tensors, N items per request (perf_analyzer -b N).", "",
               "| subject | model | protocol | tensors | c | infer/s median (min–max) | p50 µs | p99 µs (min–max) | "
-              "queue µs | comp. in µs | comp. infer µs | comp. out µs | batch eff. | busy % |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "queue µs | comp. in µs | comp. infer µs | comp. out µs | batch eff. | busy % | server CPU µs/inf | "
+              "client CPU µs/inf |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     keys = []
     for s in SUBJECTS:
         for p in PLAN.get(s, []):
@@ -537,7 +638,7 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
               (s, model, proto, fmt, c)]
         if not xs:
             continue
-        has_server = s not in ("flask", "fastapi")
+        has_server = s not in NO_STATS
         sv = (lambda k: f"{median(r[k] for r in xs):.0f}") if has_server else (lambda k: "-")
         be = f"{median(r.get('batch_efficiency', 0) for r in xs):.2f}" if has_server else "-"
         lines.append(f"| {s} | {model} | {proto} | {fmt} | {c} | {median(r['infer_per_s'] for r in xs):.0f} "
@@ -545,7 +646,8 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
                      f"{median(r['p99_us'] for r in xs):.0f} ({spread(r['p99_us'] for r in xs)}) | "
                      f"{sv('server_queue_us')} | {sv('server_compute_input_us')} | "
                      f"{sv('server_compute_infer_us')} | {sv('server_compute_output_us')} | {be} | "
-                     f"{f'{median(busy(r) for r in xs):.0f}' if has_server else '-'} |")
+                     f"{f'{median(busy(r) for r in xs):.0f}' if has_server else '-'} | "
+                     f"{cpu_cell(xs, 'server_cores')} | {cpu_cell(xs, 'client_cores')} |")
     lines += ["", "busy % = the share of wall time the model instance spent in compute input + infer + output: "
               "executions/s (infer/s ÷ batch eff.) × those per-request times (each request is credited with its "
               "whole batch's times), summed over instances (up to 100 % per instance). Near 100 %: the instance is the bottleneck; well below: requests do not reach "
@@ -556,7 +658,7 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
               "server queue | server compute (in + infer + out) | client recv |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s, model, proto, fmt, c in keys:
-        if s in ("flask", "fastapi") or (model, c) not in (("add_sub", 1), ("mlp", 16), ("mlp", 64)) or fmt != "bin":
+        if s in NO_STATS or (model, c) not in (("add_sub", 1), ("mlp", 16), ("mlp", 64)) or fmt != "bin":
             continue
         xs = [r for r in runs if (r["subject"], r["model"], r["protocol"], r["fmt"], r["concurrency"]) ==
               (s, model, proto, fmt, c) and "avg_latency_us" in r]
