@@ -70,7 +70,7 @@ run json_vs_binary.py --repeats 3
 run json_vs_binary_interleaved.py --repeats 3 --requests 10000
 run grpc_vs_http.py --repeats 3
 run sequences.py
-run batching.py --repeats 2
+run batching.py --repeats 2 --protocols http,grpc --concurrency 1,4,16,64
 run minilm.py --repeats 2
 if [ -z "$ONLY" ] || [[ ",$ONLY," == *",targets.py,"* ]]; then
   echo "loadtests/triton_ref/setup.sh" >> "$RUN/commands.txt"
