@@ -142,9 +142,8 @@ def test_input_without_data(server):
 def test_negative_shape(server):
     body = {"inputs": [tensor("INPUT0", [-2], [])]}
     r = server.post("/v2/models/identity_fp32/infer", body)
-    # Triton's prefix; its tail ("attempt to access JSON non-unsigned-integer as unsigned-integer")
-    # is RapidJSON's wording.
-    assert_error(r, 400, "Unable to parse 'shape'")
+    # Triton's text (its tail is RapidJSON's wording), with 400 where Triton answers 500.
+    assert_error(r, 400, "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
 
 
 def test_unknown_requested_output(server):

@@ -163,7 +163,7 @@ fn decode_shape(input: &Map<String, Value>) -> Result<Vec<i64>> {
         .map(|d| {
             d.as_u64()
                 .and_then(|d| i64::try_from(d).ok())
-                .ok_or_else(|| parse_error("shape", "dimensions must be non-negative integers"))
+                .ok_or_else(|| parse_error("shape", "attempt to access JSON non-unsigned-integer as unsigned-integer"))
         })
         .collect()
 }
