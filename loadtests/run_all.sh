@@ -12,8 +12,8 @@
 # minilm.py, targets.py (after triton_ref/setup.sh: real Triton for its side-by-side runs),
 # each writing its folder under loadtests/out/run_all-<time>/; then collect_results.py gathers
 # their summary.md files into loadtests/RESULTS.md. A script that fails is listed there and the
-# others still run. Takes about 45-55 minutes on a 2-core machine (targets.py and batching.py
-# ~10 each).
+# others still run. Takes 30-55 minutes on a 2-core machine (targets.py and batching.py ~10
+# each).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
