@@ -168,6 +168,23 @@ class Server:
         return r.json()
 
 
+def identity_config(name: str, max_batch_size: int = 0, count: int = 1, delay_ms: int = 0, extra: str = "") -> str:
+    """config.pbtxt of a built-in `identity` model (FP32 INPUT0 -> OUTPUT0, any length) with
+    `count` instances, `execute_delay_ms` when `delay_ms` is set, and `extra` text appended (a
+    `dynamic_batching` block, say): the slow or echo models the tests build."""
+    text = f"""
+name: "{name}"
+backend: "identity"
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: {count} }} ]
+"""
+    if delay_ms:
+        text += f'parameters {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }}\n'
+    return text + extra
+
+
 def binary_request(header: dict, blobs) -> tuple:
     """Body and headers of a binary-tensor-extension request: the JSON header, then the blobs."""
     h = json.dumps(header).encode()

@@ -7,14 +7,9 @@ import time
 import pytest
 import requests
 
-SLOW = """
-name: "slowq"
-backend: "identity"
-max_batch_size: 4
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-parameters { key: "execute_delay_ms" value: { string_value: "400" } }
+from helpers import identity_config
+
+SLOW = identity_config("slowq", max_batch_size=4, delay_ms=400, extra="""\
 dynamic_batching {
   priority_levels: 2
   default_priority_level: 2
@@ -24,7 +19,7 @@ dynamic_batching {
     value: { timeout_action: REJECT default_timeout_microseconds: 200000 allow_timeout_override: true }
   }
 }
-"""
+""")
 
 
 @pytest.fixture

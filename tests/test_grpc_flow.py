@@ -9,14 +9,9 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-MODEL = """
-name: "echo"
-backend: "identity"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
+from helpers import identity_config
+
+MODEL = identity_config("echo")
 
 FLOATS = 64 * 1024           # 256 KiB per request and per answer
 REQUESTS = 3000              # 750 MiB each way if the server buffered everything

@@ -11,7 +11,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from helpers import BUNDLED_REPO, error_text, wait_until
+from helpers import BUNDLED_REPO, error_text, identity_config, wait_until
 
 
 def add_sub_inputs(a, b):
@@ -364,15 +364,7 @@ def test_poll_mode_reloads_a_changed_config_of_a_busy_model(start_server, repo_c
     assert entry(srv.index(), "add_sub") == {"name": "add_sub", "version": "1", "state": "READY"}
 
 
-SLOW_IDENTITY = """
-name: "slow"
-backend: "identity"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { kind: KIND_CPU count: 4 } ]
-parameters { key: "execute_delay_ms" value: { string_value: "300" } }
-"""
+SLOW_IDENTITY = identity_config("slow", count=4, delay_ms=300)
 
 
 def test_poll_mode_removed_model_finishes_its_in_flight_requests(start_server, repo_copy):

@@ -24,7 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, copy_bundled_repo, wait_until
+from helpers import Server, copy_bundled_repo, identity_config, wait_until
 
 # --------------------------------------------------------------------------------------------
 # A parser of the Prometheus text exposition format.
@@ -168,16 +168,6 @@ def test_parser_reads_the_format_and_refuses_what_is_not():
 # --------------------------------------------------------------------------------------------
 # The server and its traffic.
 
-SLOW = """
-name: "{name}"
-backend: "identity"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-parameters {{ key: "execute_delay_ms" value: {{ string_value: "{delay}" }} }}
-{extra}
-"""
 
 # Triton 2.51's families (docs/triton-reference.md): TYPE, HELP, labels of each series.
 PER_MODEL = {"model", "version"}
@@ -274,9 +264,11 @@ def build_repo(base):
 
     # One instance, 2 s per execution, dynamic batcher: requests that queue behind a running
     # one are merged into one execution.
-    write("slow_batch", SLOW.format(name="slow_batch", delay=SLOW_BATCH_MS, extra="dynamic_batching { max_queue_delay_microseconds: 1000 }"))
+    write("slow_batch", identity_config("slow_batch", max_batch_size=8, delay_ms=SLOW_BATCH_MS,
+                                        extra="dynamic_batching { max_queue_delay_microseconds: 1000 }\n"))
     # A queue of one: more requests than that are rejected (REJECTED).
-    write("slow_queue", SLOW.format(name="slow_queue", delay=600, extra="dynamic_batching { default_queue_policy { max_queue_size: 1 } }"))
+    write("slow_queue", identity_config("slow_queue", max_batch_size=8, delay_ms=600,
+                                        extra="dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"))
     # add_sub's ONNX file with a config that claims any width: a [1,3] request passes validation
     # and fails in the backend (Triton: reason BACKEND).
     (repo / "loose" / "1").mkdir(parents=True)

@@ -7,17 +7,9 @@ import time
 import pytest
 import requests
 
-from helpers import Server
+from helpers import Server, identity_config
 
-SLOW_CONFIG = """
-name: "slow"
-backend: "identity"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { kind: KIND_CPU count: 2 } ]
-parameters { key: "execute_delay_ms" value: { string_value: "1500" } }
-"""
+SLOW_CONFIG = identity_config("slow", count=2, delay_ms=1500)
 
 
 def slow_repo(tmp_path):
