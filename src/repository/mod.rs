@@ -194,6 +194,8 @@ impl RepositoryManager {
                     for v in r.versions.values_mut().filter(|v| v.0 == ModelState::Ready) {
                         v.1 = reason.clone();
                     }
+                    // load_dir marked the model Loading; it is still serving.
+                    r.state = ModelState::Ready;
                     r.reason = reason;
                 }
             });
