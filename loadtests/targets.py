@@ -444,12 +444,18 @@ def why_lines(runs, ceiling):
     return lines
 
 
+def us_per_inference(r, key):
+    """CPU µs per inference from a run's (or an aggregate's) cores used under `key`; None where
+    not measured."""
+    if r.get(key) is None or not r["infer_per_s"]:
+        return None
+    return r[key] * 1e6 / r["infer_per_s"]
+
+
 def cpu_lines(agg, ceiling):
     """What the 2 cores allow: CPU per inference of each server and of perf_analyzer, and the
-    most a server could serve if it spent only the ceiling's ONNX Runtime CPU per item."""
-    def per_inf(a, k):
-        return a[k] * 1e6 / a["infer_per_s"] if a and a.get(k) is not None and a["infer_per_s"] else None
-
+    most a server could serve at c16 if it spent only the ceiling's ONNX Runtime CPU per item."""
+    per_inf = us_per_inference
     lines, ncores = [], os.cpu_count() or 2
     for subject, proto, fmt in (("tritium", "http", "json"), ("flask", "http", "json"), ("fastapi", "http", "json"),
                                 ("tritium", "grpc", "bin"), ("triton", "grpc", "bin")):
@@ -459,26 +465,29 @@ def cpu_lines(agg, ceiling):
         lines.append(f"- CPU, {subject} mlp {proto} {fmt} c16: the server used {a['server_cores']:.2f} cores and "
                      f"perf_analyzer {a['client_cores']:.2f} of the {ncores} ({per_inf(a, 'server_cores'):.0f} and "
                      f"{per_inf(a, 'client_cores'):.0f} CPU µs per inference).")
-    t, tr = agg("tritium", "mlp", "grpc", "bin", 16), agg("triton", "mlp", "grpc", "bin", 16)
-    if t and tr and ceiling and t.get("client_cores") is not None:
-        b = t["batch_efficiency"]
-        nb = min((1, 8, 32, 64), key=lambda x: abs(x - b))
+    # (protocol, tensors, the baseline the target multiplies, the factor)
+    for proto, fmt, base, factor in (("grpc", "bin", "triton", 3), ("http", "json", "flask", 8)):
+        t, other = agg("tritium", "mlp", proto, fmt, 16), agg(base, "mlp", proto, fmt, 16)
+        if not (t and other and ceiling and per_inf(t, "client_cores") is not None):
+            continue
+        nb = min((1, 8, 32, 64), key=lambda x: abs(x - t["batch_efficiency"]))
         cpu = [c["batches"][nb].get("cpu_us_per_item") for c in ceiling if nb in c["batches"]]
         cpu = [x for x in cpu if x]
-        if cpu:
-            item = median(cpu)
-            bound = ncores * 1e6 / (per_inf(t, "client_cores") + item)
-            lines.append(f"- Bound at gRPC c16 with batch-1 clients: perf_analyzer's {per_inf(t, 'client_cores'):.0f} "
-                         f"CPU µs per inference plus the ceiling's {item:.0f} CPU µs per item at batch {nb} (ONNX "
-                         f"Runtime alone, no server work) leave at most {bound:.0f} infer/s on {ncores} cores; "
-                         f"3× Triton's {tr['infer_per_s']:.0f} would be {3 * tr['infer_per_s']:.0f}, and Tritium "
-                         f"served {t['infer_per_s']:.0f} ({t['infer_per_s'] / bound:.2f} of the bound).")
+        if not cpu:
+            continue
+        item, client = median(cpu), per_inf(t, "client_cores")
+        bound = ncores * 1e6 / (client + item)
+        lines.append(f"- Bound at {proto} {fmt} c16 with batch-1 clients: perf_analyzer's {client:.0f} CPU µs per "
+                     f"inference plus the ceiling's {item:.0f} CPU µs per item at batch {nb} (ONNX Runtime alone, "
+                     f"no server work) leave at most {bound:.0f} infer/s on {ncores} cores; {factor}× {base}'s "
+                     f"{other['infer_per_s']:.0f} would be {factor * other['infer_per_s']:.0f}, and Tritium served "
+                     f"{t['infer_per_s']:.0f} ({t['infer_per_s'] / bound:.2f} of the bound).")
     return lines
 
 
 def cpu_cell(xs, key):
     """Median CPU µs per inference of `key` (cores used) over runs, '-' where not measured."""
-    vals = [r[key] * 1e6 / r["infer_per_s"] for r in xs if r.get(key) is not None and r["infer_per_s"]]
+    vals = [v for v in (us_per_inference(r, key) for r in xs) if v is not None]
     return f"{median(vals):.0f}" if vals else "-"
 
 
