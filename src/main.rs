@@ -45,7 +45,9 @@ fn init_observe(cli: &Cli) -> anyhow::Result<()> {
         count: cli.trace_count,
         log_frequency: cli.trace_log_frequency,
     };
-    observe::trace::install(observe::trace::TraceConfig::from_flags(&cli.trace_config, &legacy).map_err(anyhow::Error::msg)?);
+    observe::trace::install(
+        observe::trace::TraceConfig::from_flags(&cli.trace_config, &legacy).map_err(anyhow::Error::msg)?,
+    );
     Ok(())
 }
 

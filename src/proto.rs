@@ -33,9 +33,7 @@ pub fn descriptor_pool() -> &'static DescriptorPool {
 ///
 /// Panics if the name is not in `proto/`: callers name messages they compiled in.
 pub fn message_descriptor(full_name: &str) -> MessageDescriptor {
-    descriptor_pool()
-        .get_message_by_name(full_name)
-        .unwrap_or_else(|| panic!("{full_name} is not in proto/"))
+    descriptor_pool().get_message_by_name(full_name).unwrap_or_else(|| panic!("{full_name} is not in proto/"))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! nothing below it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use tritium_actors::{DataType, Error, InferRequest, InferResponse, ModelHandle, Reply, Result, StatsSnapshot};
@@ -179,9 +180,8 @@ impl Server {
     pub async fn infer(&self, request: InferRequest) -> Result<(Arc<LoadedModel>, InferResponse)> {
         let (reply, rx) = Reply::once();
         let model = self.submit(request, reply)?;
-        let response = rx
-            .await
-            .map_err(|_| Error::internal(format!("model '{}' dropped the request", model.name())))??;
+        let response =
+            rx.await.map_err(|_| Error::internal(format!("model '{}' dropped the request", model.name())))??;
         Ok((model, response))
     }
 

@@ -78,13 +78,7 @@ where
 }
 
 /// Builds a response for one request from its outputs (used by the instance actor).
-pub(crate) fn response(
-    id: &str,
-    model: &str,
-    version: i64,
-    outputs: Vec<Tensor>,
-    is_final: bool,
-) -> InferResponse {
+pub(crate) fn response(id: &str, model: &str, version: i64, outputs: Vec<Tensor>, is_final: bool) -> InferResponse {
     InferResponse {
         id: id.to_string(),
         model: model.to_string(),

@@ -19,9 +19,10 @@ pub fn merge_inputs(requests: &[&[Tensor]]) -> Result<Vec<Tensor>> {
         let parts: Vec<&Tensor> = requests
             .iter()
             .map(|inputs| {
-                inputs.iter().find(|t| t.name == proto.name).ok_or_else(|| {
-                    Error::internal(format!("input '{}' missing from a batched request", proto.name))
-                })
+                inputs
+                    .iter()
+                    .find(|t| t.name == proto.name)
+                    .ok_or_else(|| Error::internal(format!("input '{}' missing from a batched request", proto.name)))
             })
             .collect::<Result<_>>()?;
         let total_len: usize = parts.iter().map(|t| t.data.len()).sum();
@@ -29,10 +30,7 @@ pub fn merge_inputs(requests: &[&[Tensor]]) -> Result<Vec<Tensor>> {
         let mut batch = 0i64;
         for t in &parts {
             if t.shape.get(1..) != proto.shape.get(1..) {
-                return Err(Error::internal(format!(
-                    "input '{}' has differing shapes inside one batch",
-                    proto.name
-                )));
+                return Err(Error::internal(format!("input '{}' has differing shapes inside one batch", proto.name)));
             }
             batch += t.shape.first().copied().unwrap_or(1);
             data.extend_from_slice(&t.data);
@@ -77,7 +75,13 @@ pub fn split_outputs(outputs: Vec<Tensor>, sizes: &[usize]) -> Result<Vec<Vec<Te
                     let hi = (item + n) * item_elems;
                     // Each element's range excludes its 4-byte length prefix.
                     let s = if lo < r.len() { r[lo].0 - 4 } else { out.data.len() };
-                    let e = if hi == 0 { 0 } else if hi <= r.len() { r[hi - 1].1 } else { out.data.len() };
+                    let e = if hi == 0 {
+                        0
+                    } else if hi <= r.len() {
+                        r[hi - 1].1
+                    } else {
+                        out.data.len()
+                    };
                     (s, e.max(s))
                 }
                 _ => unreachable!(),

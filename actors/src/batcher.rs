@@ -53,7 +53,11 @@ impl Batcher {
                 let levels = d.priority_levels.max(1) as usize;
                 let policies: Vec<QueuePolicy> = (1..=levels as u64)
                     .map(|l| {
-                        d.priority_queue_policy.iter().find(|(k, _)| *k == l).map(|(_, q)| q.clone()).unwrap_or_else(|| d.default_queue_policy.clone())
+                        d.priority_queue_policy
+                            .iter()
+                            .find(|(k, _)| *k == l)
+                            .map(|(_, q)| q.clone())
+                            .unwrap_or_else(|| d.default_queue_policy.clone())
                     })
                     .collect();
                 let default_level = (d.default_priority_level.max(1) as usize).min(levels) - 1;
@@ -234,11 +238,12 @@ impl Batcher {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::policy::{DynamicBatchPolicy, IoSpec, QueuePolicy, TimeoutAction, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
     use crate::tensor::{DataType, Tensor};
-    use bytes::Bytes;
 
     fn policy(dynamic: Option<DynamicBatchPolicy>) -> ModelPolicy {
         ModelPolicy {
@@ -255,10 +260,17 @@ mod tests {
     }
 
     fn pending(batch: i64, width: i64, at: Instant) -> Pending {
-        let t = Tensor::new("IN", DataType::F32, vec![batch, width], Bytes::from(vec![0u8; (batch * width * 4) as usize]));
+        let t =
+            Tensor::new("IN", DataType::F32, vec![batch, width], Bytes::from(vec![0u8; (batch * width * 4) as usize]));
         let (reply, rx) = Reply::once();
         std::mem::forget(rx);
-        Pending { request: InferRequest::new("m", vec![t]), reply, enqueued: at, batch_size: batch as usize, sequence: None }
+        Pending {
+            request: InferRequest::new("m", vec![t]),
+            reply,
+            enqueued: at,
+            batch_size: batch as usize,
+            sequence: None,
+        }
     }
 
     fn sizes(n: Next) -> Vec<usize> {
@@ -407,6 +419,10 @@ mod tests {
         b.push(with_priority(pending(1, 4, t0), 1, 0)).unwrap(); // times out: delayed
         b.push(with_priority(pending(2, 4, t0 + Duration::from_millis(15)), 2, 0)).unwrap();
         assert!(b.take_expired(t0 + Duration::from_millis(20)).is_empty(), "DELAY keeps the request");
-        assert_eq!(sizes(b.next(t0 + Duration::from_millis(20), false)), vec![2, 1], "behind every request that has not timed out");
+        assert_eq!(
+            sizes(b.next(t0 + Duration::from_millis(20), false)),
+            vec![2, 1],
+            "behind every request that has not timed out"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The observable state of a model's actors (quickwit's `observable_state` habit): what each
 //! actor reports of itself, read by the metrics exporter without asking the actor.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 /// A histogram with fixed upper bounds and atomic buckets: cheap enough to record every batch
@@ -27,7 +28,11 @@ pub struct HistogramSnapshot {
 impl Histogram {
     pub fn new(bounds: &'static [f64]) -> Self {
         debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "ascending bounds");
-        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_milli: AtomicU64::new(0) }
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_milli: AtomicU64::new(0),
+        }
     }
 
     pub fn record(&self, value: f64) {
@@ -57,8 +62,21 @@ impl Histogram {
 pub const BATCH_SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 /// Buckets of waits and step latencies, in microseconds (50 µs to 10 s).
 pub const LATENCY_US_BOUNDS: &[f64] = &[
-    50.0, 100.0, 250.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 25_000.0, 50_000.0, 100_000.0, 250_000.0, 500_000.0,
-    1_000_000.0, 10_000_000.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1_000.0,
+    2_500.0,
+    5_000.0,
+    10_000.0,
+    25_000.0,
+    50_000.0,
+    100_000.0,
+    250_000.0,
+    500_000.0,
+    1_000_000.0,
+    10_000_000.0,
 ];
 
 /// One instance actor's figures.

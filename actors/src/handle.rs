@@ -59,7 +59,11 @@ impl std::fmt::Debug for ModelHandle {
 impl ModelHandle {
     /// Starts the scheduler, the supervisor and the instances; resolves when every instance
     /// has loaded, or with the first load error.
-    pub async fn load(engine: &ArbiterHandle, policy: ModelPolicy, factory: Arc<dyn BackendFactory>) -> Result<ModelHandle> {
+    pub async fn load(
+        engine: &ArbiterHandle,
+        policy: ModelPolicy,
+        factory: Arc<dyn BackendFactory>,
+    ) -> Result<ModelHandle> {
         let policy = Arc::new(policy);
         let stats = Arc::new(ModelStats::default());
         let figures = Arc::new(ModelFigures::new(policy.instances.len()));
@@ -68,7 +72,8 @@ impl ModelHandle {
         let (tx, rx) = oneshot::channel();
         let (p, s, f, sch) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone());
         let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx));
-        let ordered = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
+        let ordered =
+            matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
         let order = ordered.then(|| Arc::new(crate::ordering::OrderGate::default()));
         let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order };
         match rx.await {

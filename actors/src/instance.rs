@@ -213,7 +213,12 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
         let output_end = Instant::now();
         match reported {
             Some(r) => stats.record_execution(total as u64, r.compute_input, r.compute_infer, r.compute_output),
-            None => stats.record_execution(total as u64, input_end - compute_start, infer_end - input_end, output_end - infer_end),
+            None => stats.record_execution(
+                total as u64,
+                input_end - compute_start,
+                infer_end - input_end,
+                output_end - infer_end,
+            ),
         }
         env.figures.instance(env.spec.index).executions.fetch_add(1, Relaxed);
         output_end

@@ -7,10 +7,9 @@ pub mod batch;
 pub mod batcher;
 pub mod error;
 pub mod figures;
-pub mod ordering;
-pub mod timer;
 pub mod handle;
 pub mod instance;
+pub mod ordering;
 pub mod policy;
 mod queue;
 pub mod request;
@@ -19,6 +18,7 @@ pub mod sequence;
 pub mod stats;
 pub mod supervisor;
 pub mod tensor;
+pub mod timer;
 pub mod trace;
 pub mod validate;
 
@@ -29,7 +29,9 @@ pub use policy::{
     ControlKind, ControlSpec, DynamicBatchPolicy, InitialState, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy,
     SequencePolicy, SequenceStrategy, StateSpec, TimeoutAction,
 };
-pub use request::{CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags};
+pub use request::{
+    CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags,
+};
 pub use stats::{ModelStats, StatsSnapshot};
 pub use tensor::{DataType, Tensor};
 pub use trace::Trace;

@@ -85,7 +85,15 @@ mod tests {
     use crate::error::Error;
 
     fn answer(id: &str) -> Result<InferResponse> {
-        Ok(InferResponse { id: id.into(), model: "m".into(), version: 1, outputs: vec![], parameters: Default::default(), is_final: true, times: None })
+        Ok(InferResponse {
+            id: id.into(),
+            model: "m".into(),
+            version: 1,
+            outputs: vec![],
+            parameters: Default::default(),
+            is_final: true,
+            times: None,
+        })
     }
 
     #[test]

@@ -95,11 +95,7 @@ impl InferRequest {
         if !model_batches {
             return 1;
         }
-        self.inputs
-            .first()
-            .and_then(|t| t.shape.first())
-            .map(|&d| d.max(0) as usize)
-            .unwrap_or(1)
+        self.inputs.first().and_then(|t| t.shape.first()).map(|&d| d.max(0) as usize).unwrap_or(1)
     }
 
     pub fn input(&self, name: &str) -> Option<&Tensor> {
@@ -176,9 +172,7 @@ impl Reply {
             Reply::Once(_) => Err(Error::unsupported(
                 "this endpoint accepts one response per request; use a stream for decoupled models",
             )),
-            Reply::Stream(tx) => tx
-                .send(Ok(response))
-                .map_err(|_| Error::cancelled("the client closed the stream")),
+            Reply::Stream(tx) => tx.send(Ok(response)).map_err(|_| Error::cancelled("the client closed the stream")),
             Reply::Ordered(_) => Err(Error::unsupported("preserve_ordering does not apply to decoupled responses")),
         }
     }

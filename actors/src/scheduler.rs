@@ -10,11 +10,11 @@ use actix::{Actor, AsyncContext, Context, Handler, Message};
 use tokio::sync::oneshot;
 
 use crate::batcher::Next;
-use crate::queue::Queue;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::instance::{InstanceMsg, Pending};
 use crate::policy::ModelPolicy;
+use crate::queue::Queue;
 use crate::stats::ModelStats;
 
 struct Slot {
@@ -38,7 +38,16 @@ pub struct Scheduler {
 impl Scheduler {
     pub(crate) fn new(policy: Arc<ModelPolicy>, stats: Arc<ModelStats>, figures: Arc<ModelFigures>) -> Self {
         let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0, busy: false }).collect();
-        Scheduler { batcher: Queue::new(&policy, figures.clone()), policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
+        Scheduler {
+            batcher: Queue::new(&policy, figures.clone()),
+            policy,
+            stats,
+            figures,
+            slots,
+            wake: None,
+            drained: Vec::new(),
+            draining: false,
+        }
     }
 
     fn has_live_instance(&self) -> bool {
@@ -58,7 +67,8 @@ impl Scheduler {
         }
         loop {
             let now = Instant::now();
-            let free: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
+            let free: Vec<usize> =
+                (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
             let mut wait: Option<Instant> = None;
             let mut found = None;
             // Nothing executing: a lone queued request has nothing to wait for.
@@ -144,7 +154,8 @@ impl Actor for Scheduler {
         if let Some(seq) = self.policy.sequence() {
             if !seq.max_idle.is_zero() {
                 // Idle sequences give their slots up within a tenth of the idle timeout.
-                let every = (seq.max_idle / 10).clamp(std::time::Duration::from_millis(5), std::time::Duration::from_millis(100));
+                let every = (seq.max_idle / 10)
+                    .clamp(std::time::Duration::from_millis(5), std::time::Duration::from_millis(100));
                 ctx.run_interval(every, |act, ctx| {
                     act.batcher.expire_idle(Instant::now());
                     act.pump(ctx);

@@ -112,7 +112,9 @@ impl SequenceBatcher {
         let per_instance = policy.max_batch_size.max(1);
         let instances = policy.instances.len().max(1);
         let candidates = match &sequence.strategy {
-            SequenceStrategy::Oldest { max_candidate_sequences, .. } if *max_candidate_sequences > 0 => *max_candidate_sequences,
+            SequenceStrategy::Oldest { max_candidate_sequences, .. } if *max_candidate_sequences > 0 => {
+                *max_candidate_sequences
+            }
             _ => per_instance * instances,
         };
         SequenceBatcher {
@@ -160,7 +162,11 @@ impl SequenceBatcher {
     fn free_slot(&self) -> Option<(usize, usize)> {
         if self.direct() {
             // Spread sequences over instances: the instance with the most free slots first.
-            let (i, slots) = self.slots.iter().enumerate().max_by_key(|(i, s)| (s.iter().filter(|x| x.is_none()).count(), usize::MAX - i))?;
+            let (i, slots) = self
+                .slots
+                .iter()
+                .enumerate()
+                .max_by_key(|(i, s)| (s.iter().filter(|x| x.is_none()).count(), usize::MAX - i))?;
             let j = slots.iter().position(Option::is_none)?;
             Some((i, j))
         } else {
@@ -186,8 +192,10 @@ impl SequenceBatcher {
             return Err((p, e));
         }
         if let Some(c) = self.policy.control(ControlKind::CorrId) {
-            let ok = matches!((&id, c.datatype), (CorrelationId::U64(_), DataType::U64) | (CorrelationId::Str(_), DataType::Bytes))
-                || matches!((&id, c.datatype), (CorrelationId::U64(_), DataType::Bytes));
+            let ok = matches!(
+                (&id, c.datatype),
+                (CorrelationId::U64(_), DataType::U64) | (CorrelationId::Str(_), DataType::Bytes)
+            ) || matches!((&id, c.datatype), (CorrelationId::U64(_), DataType::Bytes));
             if !ok {
                 let e = Error::invalid(format!(
                     "sequence ID '{id}' is a string, but model '{}' takes {} correlation IDs (control '{}')",
@@ -214,7 +222,14 @@ impl SequenceBatcher {
         } else {
             let order = self.next_order;
             self.next_order += 1;
-            let mut seq = Sequence { queue: VecDeque::from([p]), in_flight: None, slot: None, ending: false, last_active: now, order };
+            let mut seq = Sequence {
+                queue: VecDeque::from([p]),
+                in_flight: None,
+                slot: None,
+                ending: false,
+                last_active: now,
+                order,
+            };
             match self.free_slot() {
                 Some(slot) => self.activate(id.clone(), seq, slot),
                 None if self.backlog.len() >= self.policy.max_backlog => {
@@ -375,8 +390,12 @@ impl SequenceBatcher {
     fn prepare(&self, p: &mut Pending, id: &CorrelationId, start: bool, end: bool) {
         for c in &self.policy.controls {
             let t = match c.kind {
-                ControlKind::Start => flag_tensor(&c.input, c.datatype, if start { &c.true_value } else { &c.false_value }, self.batched),
-                ControlKind::End => flag_tensor(&c.input, c.datatype, if end { &c.true_value } else { &c.false_value }, self.batched),
+                ControlKind::Start => {
+                    flag_tensor(&c.input, c.datatype, if start { &c.true_value } else { &c.false_value }, self.batched)
+                }
+                ControlKind::End => {
+                    flag_tensor(&c.input, c.datatype, if end { &c.true_value } else { &c.false_value }, self.batched)
+                }
                 ControlKind::Ready => flag_tensor(&c.input, c.datatype, &c.true_value, self.batched),
                 ControlKind::CorrId => {
                     let data = match (id, c.datatype) {
@@ -472,7 +491,9 @@ impl SequenceBatcher {
         let idle: Vec<CorrelationId> = self
             .active
             .iter()
-            .filter(|(_, s)| s.in_flight.is_none() && s.queue.is_empty() && now.duration_since(s.last_active) >= self.policy.max_idle)
+            .filter(|(_, s)| {
+                s.in_flight.is_none() && s.queue.is_empty() && now.duration_since(s.last_active) >= self.policy.max_idle
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in idle {
@@ -486,7 +507,8 @@ impl SequenceBatcher {
     /// Removes queued requests whose client has gone.
     pub fn take_cancelled(&mut self) -> Vec<Pending> {
         let mut gone = Vec::new();
-        let queues = self.active.values_mut().map(|s| &mut s.queue).chain(self.backlog.iter_mut().map(|(_, s)| &mut s.queue));
+        let queues =
+            self.active.values_mut().map(|s| &mut s.queue).chain(self.backlog.iter_mut().map(|(_, s)| &mut s.queue));
         for q in queues {
             let (g, keep): (VecDeque<Pending>, VecDeque<Pending>) = q.drain(..).partition(|p| p.reply.is_closed());
             *q = keep;
@@ -520,7 +542,9 @@ impl SequenceBatcher {
 fn compatible(a: &Pending, b: &Pending) -> bool {
     a.request.inputs.len() == b.request.inputs.len()
         && a.request.inputs.iter().all(|ta| {
-            b.request.input(&ta.name).is_some_and(|tb| ta.datatype == tb.datatype && ta.shape.get(1..) == tb.shape.get(1..))
+            b.request
+                .input(&ta.name)
+                .is_some_and(|tb| ta.datatype == tb.datatype && ta.shape.get(1..) == tb.shape.get(1..))
         })
 }
 

@@ -48,7 +48,8 @@ impl Supervisor {
         scheduler: Addr<Scheduler>,
         loading: oneshot::Sender<Result<()>>,
     ) -> Self {
-        let members = (0..policy.instances.len()).map(|_| Member { generation: 0, alive: false, failed_starts: 0 }).collect();
+        let members =
+            (0..policy.instances.len()).map(|_| Member { generation: 0, alive: false, failed_starts: 0 }).collect();
         Supervisor { policy, stats, figures, factory, scheduler, members, loading: Some(loading), stopping: false }
     }
 

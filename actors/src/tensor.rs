@@ -105,11 +105,8 @@ pub struct Tensor {
 pub fn element_count(shape: &[i64]) -> Result<usize> {
     let mut n: usize = 1;
     for &d in shape {
-        let d = usize::try_from(d)
-            .map_err(|_| Error::invalid(format!("shape {shape:?} has a negative dimension")))?;
-        n = n
-            .checked_mul(d)
-            .ok_or_else(|| Error::invalid(format!("shape {shape:?} has too many elements")))?;
+        let d = usize::try_from(d).map_err(|_| Error::invalid(format!("shape {shape:?} has a negative dimension")))?;
+        n = n.checked_mul(d).ok_or_else(|| Error::invalid(format!("shape {shape:?} has too many elements")))?;
     }
     Ok(n)
 }
@@ -136,10 +133,7 @@ pub fn bytes_element_ranges(data: &[u8], expected: usize) -> Result<Vec<(usize, 
         pos += len;
     }
     if ranges.len() != expected {
-        return Err(Error::invalid(format!(
-            "BYTES tensor holds {} elements, expected {expected}",
-            ranges.len()
-        )));
+        return Err(Error::invalid(format!("BYTES tensor holds {} elements, expected {expected}", ranges.len())));
     }
     Ok(ranges)
 }
@@ -173,9 +167,9 @@ impl Tensor {
         let n = self.element_count()?;
         match self.datatype.element_size() {
             Some(size) => {
-                let want = n.checked_mul(size).ok_or_else(|| {
-                    Error::invalid(format!("tensor '{}' has too many elements", self.name))
-                })?;
+                let want = n
+                    .checked_mul(size)
+                    .ok_or_else(|| Error::invalid(format!("tensor '{}' has too many elements", self.name)))?;
                 if self.data.len() != want {
                     return Err(Error::invalid(format!(
                         "unexpected total byte size {} for input '{}', expecting {want}",
@@ -185,9 +179,8 @@ impl Tensor {
                 }
             }
             None => {
-                bytes_element_ranges(&self.data, n).map_err(|e| {
-                    Error::invalid(format!("input '{}': {}", self.name, e.message))
-                })?;
+                bytes_element_ranges(&self.data, n)
+                    .map_err(|e| Error::invalid(format!("input '{}': {}", self.name, e.message)))?;
             }
         }
         Ok(())
@@ -196,10 +189,7 @@ impl Tensor {
     /// The elements of a BYTES tensor, as slices of its data.
     pub fn bytes_elements(&self) -> Result<Vec<Bytes>> {
         let n = self.element_count()?;
-        Ok(bytes_element_ranges(&self.data, n)?
-            .into_iter()
-            .map(|(s, e)| self.data.slice(s..e))
-            .collect())
+        Ok(bytes_element_ranges(&self.data, n)?.into_iter().map(|(s, e)| self.data.slice(s..e)).collect())
     }
 }
 

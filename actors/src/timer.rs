@@ -83,9 +83,10 @@ pub fn at(at: Instant, callback: impl FnOnce() + Send + 'static) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    use super::*;
 
     #[test]
     fn fires_in_deadline_order_and_close_to_time() {

@@ -43,8 +43,9 @@ impl Trace {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::Duration;
+
+    use super::*;
 
     #[test]
     fn events_come_back_in_time_order() {

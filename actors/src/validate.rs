@@ -24,16 +24,10 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
     let mut batch: Option<i64> = None;
     for tensor in &mut request.inputs {
         if !seen.insert(tensor.name.clone()) {
-            return Err(Error::invalid(format!(
-                "input '{}' already exists in request",
-                tensor.name
-            )));
+            return Err(Error::invalid(format!("input '{}' already exists in request", tensor.name)));
         }
         let spec: &IoSpec = policy.input(&tensor.name).ok_or_else(|| {
-            Error::invalid(format!(
-                "unexpected inference input '{}' for model '{model}'",
-                tensor.name
-            ))
+            Error::invalid(format!("unexpected inference input '{}' for model '{model}'", tensor.name))
         })?;
         if tensor.datatype != spec.datatype {
             return Err(Error::invalid(format!(
@@ -57,12 +51,10 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
             }
             match batch {
                 None => batch = Some(b),
-                Some(prev) if prev != b => {
-                    return Err(Error::invalid(format!(
-                        "input '{}' has batch size {b} but an earlier input of the request to model '{model}' has {prev}",
-                        tensor.name
-                    )))
-                }
+                Some(prev) if prev != b => return Err(Error::invalid(format!(
+                    "input '{}' has batch size {b} but an earlier input of the request to model '{model}' has {prev}",
+                    tensor.name
+                ))),
                 _ => {}
             }
             rest
@@ -132,10 +124,7 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
     let mut wanted = HashSet::new();
     for out in &request.outputs {
         if policy.output(&out.name).is_none() {
-            return Err(Error::invalid(format!(
-                "unexpected inference output '{}' for model '{model}'",
-                out.name
-            )));
+            return Err(Error::invalid(format!("unexpected inference output '{}' for model '{model}'", out.name)));
         }
         if !wanted.insert(out.name.as_str()) {
             return Err(Error::invalid(format!(
@@ -149,11 +138,12 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::policy::{SchedulerPolicy, DEFAULT_QUEUE_CAPACITY};
     use crate::request::RequestedOutput;
     use crate::tensor::{DataType, Tensor};
-    use bytes::Bytes;
 
     fn policy(max_batch_size: usize) -> ModelPolicy {
         ModelPolicy {

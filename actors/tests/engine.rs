@@ -105,7 +105,9 @@ async fn without_dynamic_batching_each_request_runs_alone() {
     let engine = Engine::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let model = Arc::new(
-        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(2), seen.clone())).await.unwrap(),
+        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(2), seen.clone()))
+            .await
+            .unwrap(),
     );
     let calls = (0..8).map(|i| {
         let model = model.clone();
@@ -120,7 +122,9 @@ async fn without_dynamic_batching_each_request_runs_alone() {
 #[actix_rt::test]
 async fn a_backend_error_fails_only_that_request() {
     let engine = Engine::new();
-    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default())).await.unwrap();
+    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default()))
+        .await
+        .unwrap();
     let e = model.infer(request([-1.0, 0.0])).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
     assert!(e.message.contains("refuses -1"));
@@ -166,7 +170,9 @@ async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
 #[actix_rt::test]
 async fn a_single_panicking_instance_comes_back() {
     let engine = Engine::new();
-    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default())).await.unwrap();
+    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default()))
+        .await
+        .unwrap();
     assert!(model.infer(request([666.0, 0.0])).await.is_err());
     let mut ok = None;
     for _ in 0..100 {
@@ -223,7 +229,9 @@ async fn a_full_queue_answers_unavailable_at_once() {
         d.default_queue_policy.max_queue_size = 2;
     }
     p.max_batch_size = 1;
-    let model = Arc::new(ModelHandle::load(&engine.handle(), p, factory(Duration::from_millis(50), Default::default())).await.unwrap());
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), p, factory(Duration::from_millis(50), Default::default())).await.unwrap(),
+    );
     let calls = (0..8).map(|i| {
         let model = model.clone();
         async move { model.infer(request([i as f32, 0.0])).await }

@@ -29,7 +29,8 @@ impl Backend for Accumulate {
         if x.contains(&666) && !self.panicked.swap(true, Ordering::SeqCst) {
             panic!("injected fault");
         }
-        let out: Vec<i32> = x.iter().zip(&start).zip(&acc).map(|((x, s), a)| if *s == 1 { *x } else { a + x }).collect();
+        let out: Vec<i32> =
+            x.iter().zip(&start).zip(&acc).map(|((x, s), a)| if *s == 1 { *x } else { a + x }).collect();
         let shape = vec![out.len() as i64, 1];
         Ok(vec![tensor("OUT", shape.clone(), &out), tensor("ACC_OUT", shape, &out)])
     }
@@ -85,8 +86,9 @@ const GRACE: Duration = Duration::from_millis(50);
 async fn load(policy: ModelPolicy) -> (ModelHandle, Arc<AtomicBool>) {
     let panicked = Arc::new(AtomicBool::new(false));
     let p = panicked.clone();
-    let factory: Arc<dyn BackendFactory> =
-        Arc::new(move |_: &InstanceSpec| -> Result<Box<dyn Backend>> { Ok(Box::new(Accumulate { panicked: p.clone() }) as Box<dyn Backend>) });
+    let factory: Arc<dyn BackendFactory> = Arc::new(move |_: &InstanceSpec| -> Result<Box<dyn Backend>> {
+        Ok(Box::new(Accumulate { panicked: p.clone() }) as Box<dyn Backend>)
+    });
     let engine = Engine::new();
     let model = ModelHandle::load(&engine.handle(), policy, factory).await.unwrap();
     std::mem::forget(engine); // the arbiter lives for the test
@@ -223,7 +225,12 @@ async fn oldest_batches_several_sequences_into_one_execution() {
     }
     let s = model.stats.snapshot();
     assert_eq!(s.inference_count, 80);
-    assert!(s.execution_count < s.inference_count / 2, "executions {} for {} inferences", s.execution_count, s.inference_count);
+    assert!(
+        s.execution_count < s.inference_count / 2,
+        "executions {} for {} inferences",
+        s.execution_count,
+        s.inference_count
+    );
 }
 
 #[actix_rt::test]

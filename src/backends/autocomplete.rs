@@ -8,7 +8,8 @@ use std::path::Path;
 use tritium_actors::Result;
 
 use super::{backend_name, model_file, onnx, BackendEnv};
-use crate::config::{model_config::SchedulingChoice, proto_data_type, ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput};
+use crate::config::model_config::SchedulingChoice;
+use crate::config::{proto_data_type, ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput};
 
 /// Triton's `--backend-config=default-max-batch-size`, 4 by default.
 pub const DEFAULT_MAX_BATCH_SIZE: i32 = 4;

@@ -1,9 +1,9 @@
 //! Built-in decoupled models that need no model file, as in Triton's test suite, usable from
 //! `config.pbtxt` with `model_transaction_policy { decoupled: true }`:
 //!
-//! - `backend: "repeat"`: input `IN` (INT32 [n]) and optional `DELAY` (UINT32 [n], ms) and
-//!   `WAIT` (UINT32 [1], ms); sends n responses, the i-th with `OUT` = [IN[i]] and `IDX` = [i],
-//!   each after its delay, then waits `WAIT` before the final flag.
+//! - `backend: "repeat"`: input `IN` (INT32 [n]) and optional `DELAY` (UINT32 [n], ms) and `WAIT` (UINT32
+//!   [1], ms); sends n responses, the i-th with `OUT` = [IN[i]] and `IDX` = [i], each after its delay, then
+//!   waits `WAIT` before the final flag.
 //! - `backend: "square"`: input `IN` (INT32 [1]) = n; sends n responses, each `OUT` = [n].
 
 use std::time::Duration;
@@ -62,8 +62,13 @@ impl Backend for Repeat {
         Err(Error::unsupported("the repeat backend is decoupled: it answers through a stream"))
     }
 
-    fn execute_decoupled(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>) -> Result<()> {
-        let inp = input(&batch, "IN", DataType::I32)?.ok_or_else(|| Error::invalid("the repeat backend needs input 'IN'"))?;
+    fn execute_decoupled(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
+    ) -> Result<()> {
+        let inp =
+            input(&batch, "IN", DataType::I32)?.ok_or_else(|| Error::invalid("the repeat backend needs input 'IN'"))?;
         let items = values(inp, i32::from_le_bytes);
         let delays = match input(&batch, "DELAY", DataType::U32)? {
             Some(t) => values(t, u32::from_le_bytes),
@@ -119,8 +124,13 @@ impl Backend for Square {
         Err(Error::unsupported("the square backend is decoupled: it answers through a stream"))
     }
 
-    fn execute_decoupled(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>) -> Result<()> {
-        let inp = input(&batch, "IN", DataType::I32)?.ok_or_else(|| Error::invalid("the square backend needs input 'IN'"))?;
+    fn execute_decoupled(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
+    ) -> Result<()> {
+        let inp =
+            input(&batch, "IN", DataType::I32)?.ok_or_else(|| Error::invalid("the square backend needs input 'IN'"))?;
         let n = *values(inp, i32::from_le_bytes)
             .first()
             .ok_or_else(|| Error::invalid("input 'IN' of the square backend must hold one element"))?;
@@ -160,13 +170,16 @@ mod tests {
     fn square_sends_n_responses_and_refuses_bad_input() {
         let mut n = 0;
         let inputs = [ints("IN", DataType::I32, &[4])];
-        Square.execute_decoupled(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None }, &mut |_| {
-            n += 1;
-            Ok(())
-        })
-        .unwrap();
+        Square
+            .execute_decoupled(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None }, &mut |_| {
+                n += 1;
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(n, 4);
         let bad = [ints("IN", DataType::U32, &[4])];
-        assert!(Square.execute_decoupled(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None }, &mut |_| Ok(())).is_err());
+        assert!(Square
+            .execute_decoupled(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None }, &mut |_| Ok(()))
+            .is_err());
     }
 }

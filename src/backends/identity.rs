@@ -32,7 +32,8 @@ impl IdentityFactory {
                 )));
             }
         }
-        let delay_ms = crate::config::uint_parameter(&config.name, &config.parameters, "execute_delay_ms")?.unwrap_or(0);
+        let delay_ms =
+            crate::config::uint_parameter(&config.name, &config.parameters, "execute_delay_ms")?.unwrap_or(0);
         Ok(IdentityFactory {
             pairs: config.input.iter().zip(&config.output).map(|(i, o)| (i.name.clone(), o.name.clone())).collect(),
             delay: Duration::from_millis(delay_ms),

@@ -11,10 +11,10 @@ pub mod text;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use autocomplete::autocomplete;
 use tritium_actors::{BackendFactory, Error, Result};
 
 use crate::config::ModelConfig;
-pub use autocomplete::autocomplete;
 
 /// Where the backends find their libraries, from the command line.
 #[derive(Debug, Clone, Default)]
@@ -24,8 +24,10 @@ pub struct BackendEnv {
 }
 
 /// Where `scripts/setup.sh` puts ONNX Runtime (from the `onnxruntime` wheel in `.venv`).
-pub const SETUP_ONNXRUNTIME_LIBRARY: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1");
+pub const SETUP_ONNXRUNTIME_LIBRARY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1"
+);
 
 impl BackendEnv {
     pub fn onnxruntime_library(&self) -> PathBuf {
@@ -74,7 +76,12 @@ fn shared_intra_threads(config: &ModelConfig) -> Option<usize> {
 }
 
 /// The factory that makes instances of one version of a normalized, validated config.
-pub fn factory(config: &ModelConfig, model_dir: &Path, version: i64, env: &BackendEnv) -> Result<Arc<dyn BackendFactory>> {
+pub fn factory(
+    config: &ModelConfig,
+    model_dir: &Path,
+    version: i64,
+    env: &BackendEnv,
+) -> Result<Arc<dyn BackendFactory>> {
     match config.backend.as_str() {
         "onnxruntime" => {
             let file = model_file(config, model_dir, version, "model.onnx");
@@ -127,7 +134,10 @@ mod tests {
         let mut config = ModelConfig { name: "m".into(), ..Default::default() };
         config.instance_group = vec![ModelInstanceGroup { count: 1, ..Default::default() }];
         assert_eq!(shared_intra_threads(&config), None, "one instance keeps ONNX Runtime's default");
-        config.instance_group = vec![ModelInstanceGroup { count: 2, ..Default::default() }, ModelInstanceGroup { count: 62, ..Default::default() }];
+        config.instance_group = vec![
+            ModelInstanceGroup { count: 2, ..Default::default() },
+            ModelInstanceGroup { count: 62, ..Default::default() },
+        ];
         assert_eq!(shared_intra_threads(&config), Some(1), "never below one thread");
         let cores = std::thread::available_parallelism().unwrap().get();
         config.instance_group = vec![ModelInstanceGroup { count: 2, ..Default::default() }];

@@ -108,9 +108,16 @@ fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
     match value_type {
         ValueType::Tensor { ty, shape, .. } => {
             let datatype = datatype(*ty).ok_or_else(|| {
-                Error::unsupported(format!("{}: '{name}' has element type {ty:?}, which Tritium does not support", file.display()))
+                Error::unsupported(format!(
+                    "{}: '{name}' has element type {ty:?}, which Tritium does not support",
+                    file.display()
+                ))
             })?;
-            Ok(OnnxIo { name: name.to_string(), datatype, shape: shape.iter().map(|d| if *d < 0 { -1 } else { *d }).collect() })
+            Ok(OnnxIo {
+                name: name.to_string(),
+                datatype,
+                shape: shape.iter().map(|d| if *d < 0 { -1 } else { *d }).collect(),
+            })
         }
         other => Err(Error::unsupported(format!("{}: '{name}' is a {other:?}, not a tensor", file.display()))),
     }
@@ -118,7 +125,8 @@ fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
 
 /// Reads the inputs and outputs an ONNX file declares (for config auto-complete).
 pub fn inspect(file: &Path) -> Result<(Vec<OnnxIo>, Vec<OnnxIo>)> {
-    let session = open(file, &OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), config_entries: Vec::new() })?;
+    let session =
+        open(file, &OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), config_entries: Vec::new() })?;
     let inputs = session.inputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
     let outputs = session.outputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
     Ok((inputs, outputs))
@@ -140,7 +148,8 @@ impl OnnxFactory {
 impl BackendFactory for OnnxFactory {
     fn create(&self, _instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
         let session = open(&self.file, &self.options)?;
-        let inputs = session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
+        let inputs =
+            session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
         Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs }))
     }
 }
@@ -194,7 +203,8 @@ fn to_ort(tensor: &Tensor) -> Result<DynValue> {
     let shape = tensor.shape.clone();
     let data = &tensor.data[..];
     let value = match tensor.datatype {
-        DataType::Bool => OrtTensor::<bool>::from_array((shape, data.iter().map(|b| *b != 0).collect::<Vec<_>>())).map(|t| t.into_dyn()),
+        DataType::Bool => OrtTensor::<bool>::from_array((shape, data.iter().map(|b| *b != 0).collect::<Vec<_>>()))
+            .map(|t| t.into_dyn()),
         DataType::U8 => numeric_value!(shape, data, u8),
         DataType::U16 => numeric_value!(shape, data, u16),
         DataType::U32 => numeric_value!(shape, data, u32),
@@ -227,8 +237,9 @@ fn from_ort(model: &str, name: &str, value: &DynValue) -> Result<Tensor> {
         ValueType::Tensor { ty, .. } => *ty,
         other => return Err(Error::internal(format!("model '{model}': output '{name}' is a {other:?}, not a tensor"))),
     };
-    let datatype = datatype(ty)
-        .ok_or_else(|| Error::internal(format!("model '{model}': output '{name}' has unsupported element type {ty:?}")))?;
+    let datatype = datatype(ty).ok_or_else(|| {
+        Error::internal(format!("model '{model}': output '{name}' has unsupported element type {ty:?}"))
+    })?;
     let (shape, data) = match datatype {
         DataType::Bool => {
             let (shape, values) = value.try_extract_tensor::<bool>().map_err(|e| Error::internal(e.to_string()))?;
@@ -248,7 +259,9 @@ fn from_ort(model: &str, name: &str, value: &DynValue) -> Result<Tensor> {
         DataType::F64 => numeric_output!(value, f64),
         DataType::Bytes => {
             let (shape, strings) = value.try_extract_strings().map_err(|e| {
-                Error::internal(format!("model '{model}': output '{name}' is not valid UTF-8 ({e}); Tritium returns ONNX strings as UTF-8"))
+                Error::internal(format!(
+                    "model '{model}': output '{name}' is not valid UTF-8 ({e}); Tritium returns ONNX strings as UTF-8"
+                ))
             })?;
             (shape.to_vec(), serialize_bytes(strings.iter().map(|s| s.as_bytes())))
         }
@@ -346,7 +359,8 @@ mod tests {
         assert!(inputs.iter().all(|i| i.datatype == DataType::F32));
 
         let factory = OnnxFactory::new("add_sub", repo_model("add_sub"), OnnxOptions::default());
-        let spec = InstanceSpec { name: "add_sub_0".into(), index: 0, kind: tritium_actors::InstanceKind::Cpu, device: None };
+        let spec =
+            InstanceSpec { name: "add_sub_0".into(), index: 0, kind: tritium_actors::InstanceKind::Cpu, device: None };
         let mut backend = factory.create(&spec).unwrap();
         let shape = inputs[0].shape.iter().map(|d| if *d < 0 { 1 } else { *d }).collect::<Vec<_>>();
         let n = element_count(&shape).unwrap();
@@ -357,7 +371,8 @@ mod tests {
             Tensor::new(inputs[1].name.clone(), DataType::F32, shape.clone(), le_bytes(&b)),
         ];
         let wanted = vec![outputs[1].name.clone()];
-        let out = backend.execute(BatchInput { inputs: &tensors, outputs: &wanted, batch_size: 1, request: None }).unwrap();
+        let out =
+            backend.execute(BatchInput { inputs: &tensors, outputs: &wanted, batch_size: 1, request: None }).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].name, outputs[1].name);
         let got = le_vec::<f32>(&out[0].data);

@@ -1,14 +1,14 @@
 //! Built-in text backends for pipelines that need no Python:
 //!
 //! - `backend: "tokenizer"`: a HuggingFace `tokenizer.json` (the `tokenizers` crate; parameter
-//!   `tokenizer_file`, default `tokenizer.json` in the version folder) turns the BYTES input
-//!   (UTF-8 text, one string per batch element) into INT64 `input_ids`, `attention_mask` and
-//!   `token_type_ids` [batch, seq], padded to the longest text of the batch (truncation as the
-//!   file says); parameter `pad_to_multiple_of` rounds the length up, so that requests of
-//!   texts of similar length have one shape and a downstream model's batcher can merge them.
-//! - `backend: "pooling"`: mean pooling of token embeddings (input 0, FP32 [batch, seq, dim])
-//!   over the attention mask (input 1, INT64 or INT32 [batch, seq]) into output 0 (FP32
-//!   [batch, dim]); parameter `normalize` (default "true") divides each by its L2 norm.
+//!   `tokenizer_file`, default `tokenizer.json` in the version folder) turns the BYTES input (UTF-8 text, one
+//!   string per batch element) into INT64 `input_ids`, `attention_mask` and `token_type_ids` [batch, seq],
+//!   padded to the longest text of the batch (truncation as the file says); parameter `pad_to_multiple_of`
+//!   rounds the length up, so that requests of texts of similar length have one shape and a downstream
+//!   model's batcher can merge them.
+//! - `backend: "pooling"`: mean pooling of token embeddings (input 0, FP32 [batch, seq, dim]) over the
+//!   attention mask (input 1, INT64 or INT32 [batch, seq]) into output 0 (FP32 [batch, dim]); parameter
+//!   `normalize` (default "true") divides each by its L2 norm.
 
 use std::path::Path;
 
@@ -30,8 +30,9 @@ pub struct TokenizerFactory {
 
 impl TokenizerFactory {
     pub fn new(config: &ModelConfig, file: &Path) -> Result<Self> {
-        let mut tokenizer = Tokenizer::from_file(file)
-            .map_err(|e| Error::invalid(format!("model '{}': cannot load tokenizer {}: {e}", config.name, file.display())))?;
+        let mut tokenizer = Tokenizer::from_file(file).map_err(|e| {
+            Error::invalid(format!("model '{}': cannot load tokenizer {}: {e}", config.name, file.display()))
+        })?;
         // Pad to the longest text of each batch rather than a fixed length.
         let padding = tokenizer.get_padding().cloned().unwrap_or_default();
         let multiple = match crate::config::uint_parameter(&config.name, &config.parameters, "pad_to_multiple_of")? {
@@ -39,11 +40,17 @@ impl TokenizerFactory {
             Some(0) => None,
             Some(n) => Some(n as usize),
         };
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, pad_to_multiple_of: multiple, ..padding }));
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            pad_to_multiple_of: multiple,
+            ..padding
+        }));
         let input = config
             .input
             .first()
-            .ok_or_else(|| Error::invalid(format!("model '{}': the tokenizer backend needs a BYTES input", config.name)))?
+            .ok_or_else(|| {
+                Error::invalid(format!("model '{}': the tokenizer backend needs a BYTES input", config.name))
+            })?
             .name
             .clone();
         let known = ["input_ids", "attention_mask", "token_type_ids"];
@@ -59,7 +66,11 @@ impl TokenizerFactory {
 
 impl BackendFactory for TokenizerFactory {
     fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(TokenizerBackend { tokenizer: self.tokenizer.clone(), input: self.input.clone(), outputs: self.outputs.clone() }))
+        Ok(Box::new(TokenizerBackend {
+            tokenizer: self.tokenizer.clone(),
+            input: self.input.clone(),
+            outputs: self.outputs.clone(),
+        }))
     }
 }
 
@@ -86,7 +97,8 @@ impl Backend for TokenizerBackend {
             })
             .collect::<Result<Vec<String>>>()?;
         let n = texts.len();
-        let encodings = self.tokenizer.encode_batch(texts, true).map_err(|e| Error::invalid(format!("tokenizer: {e}")))?;
+        let encodings =
+            self.tokenizer.encode_batch(texts, true).map_err(|e| Error::invalid(format!("tokenizer: {e}")))?;
         let seq = encodings.first().map(|e| e.get_ids().len()).unwrap_or(0);
         let shape = vec![n as i64, seq as i64];
         let mut out = Vec::new();
@@ -96,7 +108,9 @@ impl Backend for TokenizerBackend {
             }
             let data = match name.as_str() {
                 "input_ids" => i64_bytes(encodings.iter().flat_map(|e| e.get_ids().iter().map(|v| *v as i64))),
-                "attention_mask" => i64_bytes(encodings.iter().flat_map(|e| e.get_attention_mask().iter().map(|v| *v as i64))),
+                "attention_mask" => {
+                    i64_bytes(encodings.iter().flat_map(|e| e.get_attention_mask().iter().map(|v| *v as i64)))
+                }
                 _ => i64_bytes(encodings.iter().flat_map(|e| e.get_type_ids().iter().map(|v| *v as i64))),
             };
             out.push(Tensor::new(name.clone(), DataType::I64, shape.clone(), data));
@@ -124,7 +138,12 @@ impl PoolingFactory {
             None => true,
             Some(v) if v == "true" || v == "1" => true,
             Some(v) if v == "false" || v == "0" => false,
-            Some(v) => return Err(Error::invalid(format!("model '{}': parameter 'normalize' must be true or false, got '{v}'", config.name))),
+            Some(v) => {
+                return Err(Error::invalid(format!(
+                    "model '{}': parameter 'normalize' must be true or false, got '{v}'",
+                    config.name
+                )))
+            }
         };
         Ok(PoolingFactory {
             embeddings: config.input[0].name.clone(),
@@ -155,19 +174,32 @@ struct Pooling {
 
 impl Backend for Pooling {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        let find = |n: &str| batch.inputs.iter().find(|t| t.name == n).ok_or_else(|| Error::invalid(format!("pooling needs input '{n}'")));
+        let find = |n: &str| {
+            batch
+                .inputs
+                .iter()
+                .find(|t| t.name == n)
+                .ok_or_else(|| Error::invalid(format!("pooling needs input '{n}'")))
+        };
         let emb = find(&self.embeddings)?;
         let mask = find(&self.mask)?;
         let [b, s, d] = emb.shape[..] else {
-            return Err(Error::invalid(format!("input '{}' must be [batch, seq, dim], got {:?}", self.embeddings, emb.shape)));
+            return Err(Error::invalid(format!(
+                "input '{}' must be [batch, seq, dim], got {:?}",
+                self.embeddings, emb.shape
+            )));
         };
         if mask.shape != [b, s] {
             return Err(Error::invalid(format!("input '{}' must be [{b}, {s}], got {:?}", self.mask, mask.shape)));
         }
         let (b, s, d) = (b as usize, s as usize, d as usize);
         let m: Vec<f32> = match mask.datatype {
-            DataType::I64 => mask.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8")) as f32).collect(),
-            DataType::I32 => mask.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4")) as f32).collect(),
+            DataType::I64 => {
+                mask.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8")) as f32).collect()
+            }
+            DataType::I32 => {
+                mask.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4")) as f32).collect()
+            }
             other => return Err(Error::invalid(format!("input '{}' must be INT64 or INT32, got {other}", self.mask))),
         };
         let x: Vec<f32> = emb.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
@@ -210,7 +242,9 @@ mod tests {
         // One sentence of 3 tokens, the last one padding.
         let e = Tensor::new("E", DataType::F32, vec![1, 3, 2], f32s(&[1.0, 2.0, 3.0, 4.0, 100.0, 100.0]));
         let m = Tensor::new("M", DataType::I64, vec![1, 3], i64_bytes([1, 1, 0].into_iter()));
-        let out = p.execute(BatchInput { inputs: &[e.clone(), m.clone()], outputs: &[], batch_size: 1, request: None }).unwrap();
+        let out = p
+            .execute(BatchInput { inputs: &[e.clone(), m.clone()], outputs: &[], batch_size: 1, request: None })
+            .unwrap();
         assert_eq!(&out[0].data[..], &f32s(&[2.0, 3.0])[..]);
         p.normalize = true;
         let out = p.execute(BatchInput { inputs: &[e, m], outputs: &[], batch_size: 1, request: None }).unwrap();

@@ -28,10 +28,8 @@ pub fn from_json(text: &str) -> Result<ModelConfig> {
 pub fn to_json(config: &ModelConfig) -> serde_json::Value {
     let message = DynamicMessage::decode(message_descriptor(NAME), config.encode_to_vec().as_slice())
         .expect("a ModelConfig encodes to a valid ModelConfig");
-    let options = SerializeOptions::new()
-        .skip_default_fields(false)
-        .use_proto_field_name(true)
-        .stringify_64_bit_integers(false);
+    let options =
+        SerializeOptions::new().skip_default_fields(false).use_proto_field_name(true).stringify_64_bit_integers(false);
     message
         .serialize_with_options(serde_json::value::Serializer, &options)
         .expect("serializing a message to a JSON value cannot fail")

@@ -11,18 +11,18 @@ mod sequence;
 mod text;
 mod validate;
 
-use tritium_actors::DataType;
-
-pub use crate::proto::inference::{
-    model_config, model_instance_group, model_queue_policy, model_version_policy, DataType as ProtoDataType, ModelConfig,
-    ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelQueuePolicy,
-    ModelTensorReshape, ModelVersionPolicy,
-};
 pub use json::{from_json, to_json};
 pub use normalize::normalize;
 pub use policy::to_policy;
 pub use text::parse_pbtxt;
+use tritium_actors::DataType;
 pub use validate::validate;
+
+pub use crate::proto::inference::{
+    model_config, model_instance_group, model_queue_policy, model_version_policy, DataType as ProtoDataType,
+    ModelConfig, ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelQueuePolicy,
+    ModelTensorReshape, ModelVersionPolicy,
+};
 
 /// A `parameters` entry that must be a non-negative integer (Tritium's own knobs: delays,
 /// bounds, thread counts); None when the config does not set it.

@@ -2,7 +2,8 @@
 //! the server actually runs: the version policy, instance groups with names, kinds and counts,
 //! the optimization block, the backend/platform pair and the default model file name.
 
-use super::{model_instance_group::Kind, model_version_policy, ModelConfig, ModelInstanceGroup, ModelVersionPolicy};
+use super::model_instance_group::Kind;
+use super::{model_version_policy, ModelConfig, ModelInstanceGroup, ModelVersionPolicy};
 use crate::proto::inference::model_optimization_policy::PinnedMemoryBuffer;
 use crate::proto::inference::ModelOptimizationPolicy;
 
@@ -73,7 +74,8 @@ mod tests {
 
     #[test]
     fn fills_triton_defaults() {
-        let mut config = ModelConfig { name: "add_sub".into(), platform: "onnxruntime_onnx".into(), ..Default::default() };
+        let mut config =
+            ModelConfig { name: "add_sub".into(), platform: "onnxruntime_onnx".into(), ..Default::default() };
         normalize(&mut config, 0);
         assert_eq!(config.backend, "onnxruntime");
         assert_eq!(config.default_model_filename, "model.onnx");
@@ -89,7 +91,12 @@ mod tests {
         let mut config = ModelConfig {
             name: "m".into(),
             backend: "onnxruntime".into(),
-            instance_group: vec![ModelInstanceGroup { name: "mine".into(), count: 3, kind: Kind::Cpu as i32, ..Default::default() }],
+            instance_group: vec![ModelInstanceGroup {
+                name: "mine".into(),
+                count: 3,
+                kind: Kind::Cpu as i32,
+                ..Default::default()
+            }],
             ..Default::default()
         };
         normalize(&mut config, 0);

@@ -8,10 +8,9 @@ use tritium_actors::{
     TimeoutAction,
 };
 
-use super::{
-    engine_data_type, model_config::SchedulingChoice, model_instance_group::Kind, model_queue_policy, ModelConfig,
-    ModelQueuePolicy,
-};
+use super::model_config::SchedulingChoice;
+use super::model_instance_group::Kind;
+use super::{engine_data_type, model_queue_policy, ModelConfig, ModelQueuePolicy};
 
 fn queue_policy(policy: Option<&ModelQueuePolicy>) -> QueuePolicy {
     let Some(p) = policy else { return QueuePolicy::default() };
@@ -21,7 +20,8 @@ fn queue_policy(policy: Option<&ModelQueuePolicy>) -> QueuePolicy {
         } else {
             TimeoutAction::Reject
         },
-        default_timeout: (p.default_timeout_microseconds > 0).then(|| Duration::from_micros(p.default_timeout_microseconds)),
+        default_timeout: (p.default_timeout_microseconds > 0)
+            .then(|| Duration::from_micros(p.default_timeout_microseconds)),
         allow_timeout_override: p.allow_timeout_override,
         max_queue_size: p.max_queue_size as usize,
     }
@@ -52,30 +52,33 @@ fn instances(config: &ModelConfig) -> Vec<InstanceSpec> {
 
 /// The engine policy of one version of a normalized, validated config.
 pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::path::Path>) -> Result<ModelPolicy> {
-    let scheduler = match &config.scheduling_choice {
-        None => SchedulerPolicy::Direct,
-        Some(SchedulingChoice::DynamicBatching(db)) => SchedulerPolicy::Dynamic(DynamicBatchPolicy {
-            preferred_batch_sizes: db.preferred_batch_size.iter().map(|s| *s as usize).collect(),
-            max_queue_delay: Duration::from_micros(db.max_queue_delay_microseconds),
-            preserve_ordering: db.preserve_ordering,
-            priority_levels: db.priority_levels,
-            default_priority_level: db.default_priority_level,
-            default_queue_policy: queue_policy(db.default_queue_policy.as_ref()),
-            priority_queue_policy: {
-                let mut levels: Vec<_> = db.priority_queue_policy.iter().map(|(l, p)| (*l, queue_policy(Some(p)))).collect();
-                levels.sort_by_key(|(l, _)| *l);
-                levels
-            },
-        }),
-        Some(SchedulingChoice::SequenceBatching(sb)) => {
-            SchedulerPolicy::Sequence(super::sequence::sequence_policy(&config.name, sb, &config.parameters, model_dir)?)
-        }
-        // The ensemble actor takes each request alone; its steps batch in their own models.
-        Some(SchedulingChoice::EnsembleScheduling(_)) => SchedulerPolicy::Direct,
-    };
+    let scheduler =
+        match &config.scheduling_choice {
+            None => SchedulerPolicy::Direct,
+            Some(SchedulingChoice::DynamicBatching(db)) => SchedulerPolicy::Dynamic(DynamicBatchPolicy {
+                preferred_batch_sizes: db.preferred_batch_size.iter().map(|s| *s as usize).collect(),
+                max_queue_delay: Duration::from_micros(db.max_queue_delay_microseconds),
+                preserve_ordering: db.preserve_ordering,
+                priority_levels: db.priority_levels,
+                default_priority_level: db.default_priority_level,
+                default_queue_policy: queue_policy(db.default_queue_policy.as_ref()),
+                priority_queue_policy: {
+                    let mut levels: Vec<_> =
+                        db.priority_queue_policy.iter().map(|(l, p)| (*l, queue_policy(Some(p)))).collect();
+                    levels.sort_by_key(|(l, _)| *l);
+                    levels
+                },
+            }),
+            Some(SchedulingChoice::SequenceBatching(sb)) => SchedulerPolicy::Sequence(
+                super::sequence::sequence_policy(&config.name, sb, &config.parameters, model_dir)?,
+            ),
+            // The ensemble actor takes each request alone; its steps batch in their own models.
+            Some(SchedulingChoice::EnsembleScheduling(_)) => SchedulerPolicy::Direct,
+        };
     let io = |name: &str, data_type: i32, dims: &[i64], reshape: Option<&[i64]>| -> Result<IoSpec> {
-        let datatype = engine_data_type(data_type)
-            .ok_or_else(|| Error::invalid(format!("model '{}': tensor '{name}' has no valid data_type", config.name)))?;
+        let datatype = engine_data_type(data_type).ok_or_else(|| {
+            Error::invalid(format!("model '{}': tensor '{name}' has no valid data_type", config.name))
+        })?;
         let mut spec = IoSpec::new(name, datatype, dims.to_vec());
         spec.reshape = reshape.map(<[i64]>::to_vec);
         Ok(spec)
@@ -108,7 +111,12 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
         outputs,
         instances: if crate::ensemble::is_ensemble(config) {
             (0..crate::ensemble::ENSEMBLE_CONCURRENCY)
-                .map(|i| InstanceSpec { name: format!("{}_ensemble_{i}", config.name), index: i, kind: InstanceKind::Cpu, device: None })
+                .map(|i| InstanceSpec {
+                    name: format!("{}_ensemble_{i}", config.name),
+                    index: i,
+                    kind: InstanceKind::Cpu,
+                    device: None,
+                })
                 .collect()
         } else {
             instances(config)
@@ -158,7 +166,9 @@ mod tests {
 
     #[test]
     fn no_scheduler_is_direct_and_one_instance_keeps_the_group_name() {
-        let p = policy(r#"{"name":"m","backend":"onnxruntime","input":[{"name":"I","data_type":"TYPE_FP32","dims":[4]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[4]}]}"#);
+        let p = policy(
+            r#"{"name":"m","backend":"onnxruntime","input":[{"name":"I","data_type":"TYPE_FP32","dims":[4]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[4]}]}"#,
+        );
         assert_eq!(p.scheduler, SchedulerPolicy::Direct);
         assert_eq!(p.instances[0].name, "m_0");
     }

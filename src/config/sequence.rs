@@ -5,22 +5,34 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tritium_actors::{ControlKind, ControlSpec, DataType, Error, InitialState, Result, SequencePolicy, SequenceStrategy, StateSpec};
+use tritium_actors::{
+    ControlKind, ControlSpec, DataType, Error, InitialState, Result, SequencePolicy, SequenceStrategy, StateSpec,
+};
 
 use super::engine_data_type;
-use crate::proto::inference::model_sequence_batching::{control, initial_state::StateData, StrategyChoice};
+use crate::proto::inference::model_sequence_batching::initial_state::StateData;
+use crate::proto::inference::model_sequence_batching::{control, StrategyChoice};
 use crate::proto::inference::ModelSequenceBatching;
 
 /// Triton's default `max_sequence_idle_microseconds`: one second.
 pub const DEFAULT_MAX_IDLE_US: u64 = 1_000_000;
 
-fn control_spec(model: &str, input: &str, c: &crate::proto::inference::model_sequence_batching::Control) -> Result<ControlSpec> {
+fn control_spec(
+    model: &str,
+    input: &str,
+    c: &crate::proto::inference::model_sequence_batching::Control,
+) -> Result<ControlSpec> {
     let kind = match control::Kind::try_from(c.kind) {
         Ok(control::Kind::ControlSequenceStart) => ControlKind::Start,
         Ok(control::Kind::ControlSequenceEnd) => ControlKind::End,
         Ok(control::Kind::ControlSequenceReady) => ControlKind::Ready,
         Ok(control::Kind::ControlSequenceCorrid) => ControlKind::CorrId,
-        Err(_) => return Err(Error::invalid(format!("model '{model}': control input '{input}' has an unknown kind {}", c.kind))),
+        Err(_) => {
+            return Err(Error::invalid(format!(
+                "model '{model}': control input '{input}' has an unknown kind {}",
+                c.kind
+            )))
+        }
     };
     let pair_error = || {
         Error::invalid(format!(
@@ -72,15 +84,20 @@ pub fn sequence_policy(
     }
     let mut states = Vec::new();
     for s in &sb.state {
-        let datatype = engine_data_type(s.data_type)
-            .ok_or_else(|| Error::invalid(format!("model '{model}': state '{}' has no valid data_type", s.input_name)))?;
+        let datatype = engine_data_type(s.data_type).ok_or_else(|| {
+            Error::invalid(format!("model '{model}': state '{}' has no valid data_type", s.input_name))
+        })?;
         if s.input_name.is_empty() || s.output_name.is_empty() {
-            return Err(Error::invalid(format!("model '{model}': every sequence_batching state needs input_name and output_name")));
+            return Err(Error::invalid(format!(
+                "model '{model}': every sequence_batching state needs input_name and output_name"
+            )));
         }
         let initial = match s.initial_state.first().and_then(|i| i.state_data.as_ref()) {
             None | Some(StateData::ZeroData(_)) => InitialState::Zero,
             Some(StateData::DataFile(file)) => {
-                let dir = model_dir.ok_or_else(|| Error::invalid(format!("model '{model}': initial_state data_file needs the model folder")))?;
+                let dir = model_dir.ok_or_else(|| {
+                    Error::invalid(format!("model '{model}': initial_state data_file needs the model folder"))
+                })?;
                 let path = dir.join("initial_state").join(file);
                 let data = std::fs::read(&path).map_err(|e| {
                     Error::invalid(format!("model '{model}': cannot read initial state {}: {e}", path.display()))
@@ -98,7 +115,8 @@ pub fn sequence_policy(
         .map_or(tritium_actors::policy::DEFAULT_QUEUE_CAPACITY, |n| n as usize);
     let start_grace = super::uint_parameter(model, parameters, "sequence_start_grace_ms")?
         .map_or(tritium_actors::policy::DEFAULT_START_GRACE, Duration::from_millis);
-    let idle = if sb.max_sequence_idle_microseconds == 0 { DEFAULT_MAX_IDLE_US } else { sb.max_sequence_idle_microseconds };
+    let idle =
+        if sb.max_sequence_idle_microseconds == 0 { DEFAULT_MAX_IDLE_US } else { sb.max_sequence_idle_microseconds };
     Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states, max_backlog, start_grace })
 }
 
@@ -110,7 +128,9 @@ mod tests {
 
     fn seq(json: &str) -> Result<SequencePolicy> {
         let config = from_json(json).unwrap();
-        let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else { panic!("no sequence_batching") };
+        let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else {
+            panic!("no sequence_batching")
+        };
         sequence_policy("m", sb, &config.parameters, None)
     }
 
@@ -157,7 +177,9 @@ mod tests {
         let p = seq(r#"{"name":"m","sequence_batching":{}}"#).unwrap();
         assert_eq!(p.start_grace, tritium_actors::policy::DEFAULT_START_GRACE);
         for (key, value) in [("max_sequence_backlog", "-1"), ("sequence_start_grace_ms", "soon")] {
-            let json = format!(r#"{{"name":"m","sequence_batching":{{}},"parameters":{{"{key}":{{"string_value":"{value}"}}}}}}"#);
+            let json = format!(
+                r#"{{"name":"m","sequence_batching":{{}},"parameters":{{"{key}":{{"string_value":"{value}"}}}}}}"#
+            );
             let e = seq(&json).unwrap_err();
             assert!(e.message.contains(key) && e.message.contains("non-negative integer"), "{e}");
         }

@@ -100,10 +100,8 @@ fn original_offset(offset: usize, inserted: &[usize]) -> usize {
 
 fn parse_error(normalized: &str, file: &Path, error: &ParseError, inserted: &[usize]) -> Error {
     let text = &remove_inserted(normalized, inserted);
-    let span = error
-        .labels()
-        .and_then(|mut labels| labels.next())
-        .map(|l| (original_offset(l.offset(), inserted), l.len()));
+    let span =
+        error.labels().and_then(|mut labels| labels.next()).map(|l| (original_offset(l.offset(), inserted), l.len()));
     let mut message = error.to_string();
     let offset = match span {
         Some((offset, len)) => {
@@ -195,10 +193,11 @@ fn unclosed_bracket(text: &str) -> Option<(usize, char)> {
 
 #[cfg(test)]
 mod tests {
+    use tritium_actors::ErrorKind;
+
     use super::*;
     use crate::proto::inference::model_config::SchedulingChoice;
     use crate::proto::inference::model_instance_group::Kind;
-    use tritium_actors::ErrorKind;
 
     fn parse(text: &str) -> Result<ModelConfig> {
         parse_pbtxt(text, Path::new("model_repository/foo/config.pbtxt"))
@@ -286,7 +285,8 @@ model_transaction_policy { decoupled: true }
 
     #[test]
     fn unknown_field_names_file_line_column_and_field() {
-        let err = parse("name: \"foo\"\nmax_batch_size: 4\ninput {\n  name: \"x\"\n}\n\n  max_batchsize: 8\n").unwrap_err();
+        let err =
+            parse("name: \"foo\"\nmax_batch_size: 4\ninput {\n  name: \"x\"\n}\n\n  max_batchsize: 8\n").unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
         assert!(err.message.starts_with("model_repository/foo/config.pbtxt:7:3: "), "{}", err.message);
         assert!(err.message.contains("max_batchsize"), "{}", err.message);

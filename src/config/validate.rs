@@ -5,15 +5,25 @@ use std::collections::HashSet;
 
 use tritium_actors::{Error, Result};
 
-use super::{engine_data_type, model_config::SchedulingChoice, ModelConfig, ModelTensorReshape};
+use super::model_config::SchedulingChoice;
+use super::{engine_data_type, ModelConfig, ModelTensorReshape};
 
 fn invalid(config: &ModelConfig, message: impl std::fmt::Display) -> Error {
     Error::invalid(format!("model '{}': {message}", config.name))
 }
 
-fn check_dims(config: &ModelConfig, what: &str, name: &str, dims: &[i64], reshape: Option<&ModelTensorReshape>) -> Result<()> {
+fn check_dims(
+    config: &ModelConfig,
+    what: &str,
+    name: &str,
+    dims: &[i64],
+    reshape: Option<&ModelTensorReshape>,
+) -> Result<()> {
     if let Some(bad) = dims.iter().find(|d| **d < -1 || **d == 0) {
-        return Err(invalid(config, format!("{what} '{name}' dimension {bad} in dims {dims:?} must be positive or -1")));
+        return Err(invalid(
+            config,
+            format!("{what} '{name}' dimension {bad} in dims {dims:?} must be positive or -1"),
+        ));
     }
     if let Some(reshape) = reshape {
         if let Some(bad) = reshape.shape.iter().find(|d| **d < -1) {
@@ -45,10 +55,16 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
     }
     let ensemble = matches!(config.scheduling_choice, Some(SchedulingChoice::EnsembleScheduling(_)));
     if config.input.is_empty() && !ensemble {
-        return Err(invalid(config, "must specify at least one 'input' (or enable auto-complete with --strict-model-config=false)"));
+        return Err(invalid(
+            config,
+            "must specify at least one 'input' (or enable auto-complete with --strict-model-config=false)",
+        ));
     }
     if config.output.is_empty() && !ensemble {
-        return Err(invalid(config, "must specify at least one 'output' (or enable auto-complete with --strict-model-config=false)"));
+        return Err(invalid(
+            config,
+            "must specify at least one 'output' (or enable auto-complete with --strict-model-config=false)",
+        ));
     }
     let mut seen = HashSet::new();
     for input in &config.input {
@@ -92,11 +108,17 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
             if db.default_priority_level < 1 || db.default_priority_level > db.priority_levels {
                 return Err(invalid(
                     config,
-                    format!("default_priority_level {} must be in 1..={}", db.default_priority_level, db.priority_levels),
+                    format!(
+                        "default_priority_level {} must be in 1..={}",
+                        db.default_priority_level, db.priority_levels
+                    ),
                 ));
             }
             if let Some(level) = db.priority_queue_policy.keys().find(|l| **l < 1 || **l > db.priority_levels) {
-                return Err(invalid(config, format!("priority_queue_policy level {level} must be in 1..={}", db.priority_levels)));
+                return Err(invalid(
+                    config,
+                    format!("priority_queue_policy level {level} must be in 1..={}", db.priority_levels),
+                ));
             }
         } else if !db.priority_queue_policy.is_empty() {
             return Err(invalid(config, "'priority_queue_policy' needs 'priority_levels' > 0"));
@@ -130,10 +152,15 @@ mod tests {
 
     #[test]
     fn kind_gpu_is_refused_without_gpu_execution() {
-        let e = check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[0]}}]}}"#)).unwrap_err();
+        let e = check(&format!(
+            r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[0]}}]}}"#
+        ))
+        .unwrap_err();
         assert!(e.message.contains("KIND_GPU") && e.message.contains("gpus [0]"), "{e}");
-        check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_AUTO"}}]}}"#)).unwrap();
-        check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_MODEL"}}]}}"#)).unwrap();
+        check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_AUTO"}}]}}"#))
+            .unwrap();
+        check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_MODEL"}}]}}"#))
+            .unwrap();
     }
 
     fn check(json: &str) -> Result<()> {

@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use tritium_actors::{DataType, Error, ModelPolicy, Result};
 
-use crate::config::{engine_data_type, model_config::SchedulingChoice, ModelConfig};
+use crate::config::model_config::SchedulingChoice;
+use crate::config::{engine_data_type, ModelConfig};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
@@ -54,7 +55,8 @@ impl Graph {
             Ok((n.to_string(), dt, dims.to_vec()))
         };
         let inputs = config.input.iter().map(|i| tensor(&i.name, i.data_type, &i.dims)).collect::<Result<Vec<_>>>()?;
-        let outputs = config.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect::<Result<Vec<_>>>()?;
+        let outputs =
+            config.output.iter().map(|o| tensor(&o.name, o.data_type, &o.dims)).collect::<Result<Vec<_>>>()?;
         let mut steps = Vec::new();
         for s in &es.step {
             if s.model_name.is_empty() {
@@ -67,7 +69,12 @@ impl Graph {
             let mut outs: Vec<(String, String)> = s.output_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             ins.sort();
             outs.sort();
-            steps.push(Step { model: s.model_name.clone(), version: (s.model_version > 0).then_some(s.model_version), inputs: ins, outputs: outs });
+            steps.push(Step {
+                model: s.model_name.clone(),
+                version: (s.model_version > 0).then_some(s.model_version),
+                inputs: ins,
+                outputs: outs,
+            });
         }
         let graph = Graph { name: name.clone(), steps, inputs, outputs, batches: config.max_batch_size > 0 };
         graph.check_structure()?;
@@ -77,7 +84,8 @@ impl Graph {
     fn check_structure(&self) -> Result<()> {
         let invalid = |msg: String| Error::invalid(format!("ensemble '{}': {msg}", self.name));
         // Who produces each tensor.
-        let mut producer: HashMap<&str, Option<usize>> = self.inputs.iter().map(|(n, _, _)| (n.as_str(), None)).collect();
+        let mut producer: HashMap<&str, Option<usize>> =
+            self.inputs.iter().map(|(n, _, _)| (n.as_str(), None)).collect();
         for (i, step) in self.steps.iter().enumerate() {
             for (output, tensor) in &step.outputs {
                 if let Some(other) = producer.insert(tensor, Some(i)) {
@@ -85,7 +93,10 @@ impl Graph {
                         None => "it is also an ensemble input".to_string(),
                         Some(j) => format!("{} writes it too", step_name(j, &self.steps[j])),
                     };
-                    return Err(invalid(format!("{} output '{output}' writes tensor '{tensor}', but {by}", step_name(i, step))));
+                    return Err(invalid(format!(
+                        "{} output '{output}' writes tensor '{tensor}', but {by}",
+                        step_name(i, step)
+                    )));
                 }
             }
         }
@@ -122,22 +133,34 @@ impl Graph {
         }
         if let Some(i) = done.iter().position(|d| !d) {
             let step = &self.steps[i];
-            let waiting: Vec<&str> = step.inputs.iter().map(|(_, t)| t.as_str()).filter(|t| !available.contains(t)).collect();
-            return Err(invalid(format!("{} is part of a cycle: it waits for {waiting:?}, which depend on it", step_name(i, step))));
+            let waiting: Vec<&str> =
+                step.inputs.iter().map(|(_, t)| t.as_str()).filter(|t| !available.contains(t)).collect();
+            return Err(invalid(format!(
+                "{} is part of a cycle: it waits for {waiting:?}, which depend on it",
+                step_name(i, step)
+            )));
         }
         Ok(())
     }
 
     /// The datatype and dims of each ensemble tensor, from the ensemble inputs and the steps'
     /// model outputs.
-    pub fn check_models(&self, policy_of: impl Fn(&str, Option<i64>) -> Result<std::sync::Arc<ModelPolicy>>) -> Result<()> {
+    pub fn check_models(
+        &self,
+        policy_of: impl Fn(&str, Option<i64>) -> Result<std::sync::Arc<ModelPolicy>>,
+    ) -> Result<()> {
         let invalid = |msg: String| Error::invalid(format!("ensemble '{}': {msg}", self.name));
         let mut known: HashMap<String, (DataType, Vec<i64>)> =
             self.inputs.iter().map(|(n, dt, dims)| (n.clone(), (*dt, dims.clone()))).collect();
         let mut policies = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let policy = policy_of(&step.model, step.version).map_err(|e| {
-                invalid(format!("{}: composing model '{}' is not available: {}", step_name(i, step), step.model, e.message))
+                invalid(format!(
+                    "{}: composing model '{}' is not available: {}",
+                    step_name(i, step),
+                    step.model,
+                    e.message
+                ))
             })?;
             if policy.decoupled {
                 return Err(invalid(format!("{}: decoupled composing models are not supported", step_name(i, step))));
@@ -153,17 +176,26 @@ impl Graph {
             }
             for (output, tensor) in &step.outputs {
                 let spec = policy.output(output).ok_or_else(|| {
-                    invalid(format!("{}: model '{}' has no output '{output}' (mapped to '{tensor}')", step_name(i, step), step.model))
+                    invalid(format!(
+                        "{}: model '{}' has no output '{output}' (mapped to '{tensor}')",
+                        step_name(i, step),
+                        step.model
+                    ))
                 })?;
                 known.insert(tensor.clone(), (spec.datatype, spec.dims.clone()));
             }
             policies.push(policy);
         }
-        let agree = |a: &[i64], b: &[i64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| *x < 0 || *y < 0 || x == y);
+        let agree =
+            |a: &[i64], b: &[i64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| *x < 0 || *y < 0 || x == y);
         for (i, step) in self.steps.iter().enumerate() {
             for (input, tensor) in &step.inputs {
                 let spec = policies[i].input(input).ok_or_else(|| {
-                    invalid(format!("{}: model '{}' has no input '{input}' (read from '{tensor}')", step_name(i, step), step.model))
+                    invalid(format!(
+                        "{}: model '{}' has no input '{input}' (read from '{tensor}')",
+                        step_name(i, step),
+                        step.model
+                    ))
                 })?;
                 let (dt, dims) = &known[tensor];
                 if *dt != spec.datatype {
@@ -219,12 +251,16 @@ mod tests {
 
     #[test]
     fn a_chain_and_a_diamond_are_fine() {
-        graph(r#"[{"model_name":"a","model_version":-1,"input_map":{"X":"IN"},"output_map":{"Y":"mid"}},
-                  {"model_name":"b","model_version":1,"input_map":{"X":"mid"},"output_map":{"Y":"OUT"}}]"#)
+        graph(
+            r#"[{"model_name":"a","model_version":-1,"input_map":{"X":"IN"},"output_map":{"Y":"mid"}},
+                  {"model_name":"b","model_version":1,"input_map":{"X":"mid"},"output_map":{"Y":"OUT"}}]"#,
+        )
         .unwrap();
-        let g = graph(r#"[{"model_name":"a","input_map":{"X":"IN"},"output_map":{"Y":"l"}},
+        let g = graph(
+            r#"[{"model_name":"a","input_map":{"X":"IN"},"output_map":{"Y":"l"}},
                           {"model_name":"a","input_map":{"X":"IN"},"output_map":{"Y":"r"}},
-                          {"model_name":"j","input_map":{"A":"l","B":"r"},"output_map":{"S":"OUT"}}]"#)
+                          {"model_name":"j","input_map":{"A":"l","B":"r"},"output_map":{"S":"OUT"}}]"#,
+        )
         .unwrap();
         assert_eq!(g.composing(), vec![("a".to_string(), None), ("j".to_string(), None)]);
     }
@@ -233,12 +269,16 @@ mod tests {
     fn broken_graphs_name_the_step_and_tensor() {
         let e = graph(r#"[{"model_name":"a","input_map":{"X":"nope"},"output_map":{"Y":"OUT"}}]"#).unwrap_err();
         assert!(e.message.contains("step 1 ('a') input 'X' reads tensor 'nope'"), "{e}");
-        let e = graph(r#"[{"model_name":"a","input_map":{"X":"IN"},"output_map":{"Y":"OUT"}},
-                          {"model_name":"b","input_map":{"X":"IN"},"output_map":{"Y":"OUT"}}]"#)
+        let e = graph(
+            r#"[{"model_name":"a","input_map":{"X":"IN"},"output_map":{"Y":"OUT"}},
+                          {"model_name":"b","input_map":{"X":"IN"},"output_map":{"Y":"OUT"}}]"#,
+        )
         .unwrap_err();
         assert!(e.message.contains("writes tensor 'OUT', but step 1 ('a') writes it too"), "{e}");
-        let e = graph(r#"[{"model_name":"a","input_map":{"X":"IN","Z":"q"},"output_map":{"Y":"p"}},
-                          {"model_name":"b","input_map":{"X":"p"},"output_map":{"Y":"q","W":"OUT"}}]"#)
+        let e = graph(
+            r#"[{"model_name":"a","input_map":{"X":"IN","Z":"q"},"output_map":{"Y":"p"}},
+                          {"model_name":"b","input_map":{"X":"p"},"output_map":{"Y":"q","W":"OUT"}}]"#,
+        )
         .unwrap_err();
         assert!(e.message.contains("cycle"), "{e}");
         let e = graph(r#"[{"model_name":"a","input_map":{"X":"IN"},"output_map":{"Y":"mid"}}]"#).unwrap_err();

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
+pub use graph::{is_ensemble, Graph};
 use tritium_actors::figures::{Histogram, LATENCY_US_BOUNDS};
 use tritium_actors::stats::ComputeTimes;
-use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InferRequest, InstanceSpec, Reply, RequestedOutput, Result, Tensor};
-
-pub use graph::{is_ensemble, Graph};
+use tritium_actors::{
+    Backend, BackendFactory, BatchInput, Error, InferRequest, InstanceSpec, Reply, RequestedOutput, Result, Tensor,
+};
 
 use crate::repository::Router;
 
@@ -34,7 +35,9 @@ pub struct StepFigures {
 
 impl StepFigures {
     pub fn new(graph: &Graph) -> Self {
-        StepFigures { steps: graph.steps.iter().map(|s| (s.model.clone(), Histogram::new(LATENCY_US_BOUNDS))).collect() }
+        StepFigures {
+            steps: graph.steps.iter().map(|s| (s.model.clone(), Histogram::new(LATENCY_US_BOUNDS))).collect(),
+        }
     }
 }
 
@@ -88,7 +91,13 @@ fn step_error(graph: &Graph, i: usize, e: Error) -> Error {
     Error::new(e.kind, format!("in ensemble '{}', step {} ('{}'): {}", graph.name, i + 1, step.model, e.message))
 }
 
-async fn run(graph: &Graph, router: &Router, figures: &StepFigures, batch: BatchInput<'_>, times: &mut ComputeTimes) -> Result<Vec<Tensor>> {
+async fn run(
+    graph: &Graph,
+    router: &Router,
+    figures: &StepFigures,
+    batch: BatchInput<'_>,
+    times: &mut ComputeTimes,
+) -> Result<Vec<Tensor>> {
     let origin = batch.request;
     let mut tensors: HashMap<String, Tensor> = batch.inputs.iter().map(|t| (t.name.clone(), t.clone())).collect();
     let mut started = vec![false; graph.steps.len()];
@@ -117,7 +126,8 @@ async fn run(graph: &Graph, router: &Router, figures: &StepFigures, batch: Batch
                 request.timeout_us = o.timeout_us;
                 request.parameters = o.parameters.clone();
             }
-            request.outputs = step.outputs.iter().map(|(o, _)| RequestedOutput { name: o.clone(), class_count: 0 }).collect();
+            request.outputs =
+                step.outputs.iter().map(|(o, _)| RequestedOutput { name: o.clone(), class_count: 0 }).collect();
             let model = router.get(&step.model, step.version).map_err(|e| step_error(graph, i, e))?;
             let (reply, rx) = Reply::once();
             model.handle.submit(request, reply).map_err(|e| step_error(graph, i, e))?;

@@ -34,9 +34,17 @@ int_score!(u8, u16, u32, u64, i8, i16, i32, i64);
 /// `%f` of a double, including glibc's spelling of the non-finite values.
 fn printf_f(v: f64) -> String {
     if v.is_nan() {
-        if v.is_sign_negative() { "-nan".into() } else { "nan".into() }
+        if v.is_sign_negative() {
+            "-nan".into()
+        } else {
+            "nan".into()
+        }
     } else if v.is_infinite() {
-        if v < 0.0 { "-inf".into() } else { "inf".into() }
+        if v < 0.0 {
+            "-inf".into()
+        } else {
+            "inf".into()
+        }
     } else {
         format!("{v:.6}")
     }

@@ -1,7 +1,8 @@
 //! The span every inference request's log lines sit in, so that `--log-verbose 1` lines carry
 //! the request's id (the client's, or one made up when it sent none) and its model.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 use tritium_actors::InferRequest;
 

@@ -55,9 +55,13 @@ impl GpuReader {
             let utilization = d.utilization_rates().map(|u| u.gpu as f64 / 100.0).unwrap_or(0.0);
             let (memory_total, memory_used) = d.memory_info().map(|m| (m.total, m.used)).unwrap_or((0, 0));
             let power_usage = d.power_usage().ok().map(|mw| mw as f64 / 1000.0);
-            let power_limit = d.enforced_power_limit().or_else(|_| d.power_management_limit()).ok().map(|mw| mw as f64 / 1000.0);
+            let power_limit =
+                d.enforced_power_limit().or_else(|_| d.power_management_limit()).ok().map(|mw| mw as f64 / 1000.0);
             let energy_mj = d.total_energy_consumption().ok();
-            out.push((GpuSample { uuid, utilization, memory_total, memory_used, power_usage, power_limit, energy: None }, energy_mj));
+            out.push((
+                GpuSample { uuid, utilization, memory_total, memory_used, power_usage, power_limit, energy: None },
+                energy_mj,
+            ));
         }
         out
     }
@@ -66,7 +70,8 @@ impl GpuReader {
         self.read_raw()
             .into_iter()
             .map(|(mut s, mj)| {
-                s.energy = mj.map(|mj| mj.saturating_sub(self.energy_start.get(&s.uuid).copied().unwrap_or(mj)) as f64 / 1000.0);
+                s.energy = mj
+                    .map(|mj| mj.saturating_sub(self.energy_start.get(&s.uuid).copied().unwrap_or(mj)) as f64 / 1000.0);
                 s
             })
             .collect()

@@ -2,13 +2,13 @@
 //!
 //! - `counter_latencies=false` drops the `nv_inference_*_duration_us` counters (default true);
 //! - `summary_latencies=true` adds the summaries `nv_inference_request_summary_us`,
-//!   `nv_inference_queue_summary_us` and `nv_inference_compute_{input,infer,output}_summary_us`,
-//!   one observation per successful request, in microseconds, with quantiles over a rolling
-//!   60 s window (Triton's prometheus-cpp default) and cumulative `_sum`/`_count`;
-//! - `summary_quantiles=0.5:0.05,0.9:0.01,...` sets the quantiles (the error half of each pair
-//!   is accepted and ignored: the exporter's sketch has its own error bound);
-//! - `histogram_latencies=true` adds `nv_inference_first_response_histogram_ms` for decoupled
-//!   models only, buckets 100, 500, 2000, 5000 ms (Triton's defaults).
+//!   `nv_inference_queue_summary_us` and `nv_inference_compute_{input,infer,output}_summary_us`, one
+//!   observation per successful request, in microseconds, with quantiles over a rolling 60 s window (Triton's
+//!   prometheus-cpp default) and cumulative `_sum`/`_count`;
+//! - `summary_quantiles=0.5:0.05,0.9:0.01,...` sets the quantiles (the error half of each pair is accepted
+//!   and ignored: the exporter's sketch has its own error bound);
+//! - `histogram_latencies=true` adds `nv_inference_first_response_histogram_ms` for decoupled models only,
+//!   buckets 100, 500, 2000, 5000 ms (Triton's defaults).
 //!
 //! The counters are rebuilt from the engine's statistics at scrape time; these per-request
 //! families cannot be, so the engine reports each request to a [`ModelLatency`] (see
@@ -110,10 +110,22 @@ impl MetricsConfig {
 pub(super) static CONFIG: OnceLock<MetricsConfig> = OnceLock::new();
 
 pub(super) fn describe() {
-    describe_histogram!("nv_inference_request_summary_us", "Summary of inference request duration in microseconds (includes cached requests)");
-    describe_histogram!("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds (includes cached requests)");
-    describe_histogram!("nv_inference_compute_input_summary_us", "Cumulative compute input duration in microseconds (does not include cached requests)");
-    describe_histogram!("nv_inference_compute_infer_summary_us", "Cumulative compute inference duration in microseconds (does not include cached requests)");
+    describe_histogram!(
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)"
+    );
+    describe_histogram!(
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)"
+    );
+    describe_histogram!(
+        "nv_inference_compute_input_summary_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)"
+    );
+    describe_histogram!(
+        "nv_inference_compute_infer_summary_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)"
+    );
     describe_histogram!(
         "nv_inference_compute_output_summary_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)"
@@ -151,13 +163,13 @@ impl ModelLatency {
             compute_infer: histogram!("nv_inference_compute_infer_summary_us", &labels),
             compute_output: histogram!("nv_inference_compute_output_summary_us", &labels),
         });
-        let first_response = (config.histogram_latencies && decoupled).then(|| histogram!(FIRST_RESPONSE_HISTOGRAM, &labels));
+        let first_response =
+            (config.histogram_latencies && decoupled).then(|| histogram!(FIRST_RESPONSE_HISTOGRAM, &labels));
         if summaries.is_none() && first_response.is_none() {
             return None;
         }
         Some(ModelLatency { summaries, first_response })
     }
-
 }
 
 impl StatsObserver for ModelLatency {
@@ -192,7 +204,9 @@ mod tests {
 
     #[test]
     fn parses_tritons_settings() {
-        let c = MetricsConfig::parse(&["summary_latencies=true", "histogram_latencies=true", "counter_latencies=false"]).unwrap();
+        let c =
+            MetricsConfig::parse(&["summary_latencies=true", "histogram_latencies=true", "counter_latencies=false"])
+                .unwrap();
         assert!(c.summary_latencies && c.histogram_latencies && !c.counter_latencies);
         assert_eq!(c.summary_quantiles, DEFAULT_QUANTILES.to_vec());
         let c = MetricsConfig::parse(&["summary_quantiles=0.5:0.05,0.9:0.01"]).unwrap();
@@ -210,7 +224,10 @@ mod tests {
         let off = MetricsConfig::default();
         assert!(ModelLatency::new(&off, "m", "1", true).is_none());
         let hist = MetricsConfig { histogram_latencies: true, ..Default::default() };
-        assert!(ModelLatency::new(&hist, "m", "1", false).is_none(), "first-response histogram is for decoupled models only");
+        assert!(
+            ModelLatency::new(&hist, "m", "1", false).is_none(),
+            "first-response histogram is for decoupled models only"
+        );
         assert!(ModelLatency::new(&hist, "m", "1", true).is_some());
         let sum = MetricsConfig { summary_latencies: true, ..Default::default() };
         assert!(ModelLatency::new(&sum, "m", "1", false).is_some());

@@ -18,10 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
+pub use latency::{observer, MetricsConfig};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-pub use latency::{observer, MetricsConfig};
 
 use crate::server::Server;
 
@@ -29,13 +28,34 @@ fn describe() {
     describe_counter!("nv_inference_request_success", "Number of successful inference requests, all batch sizes");
     describe_counter!("nv_inference_request_failure", "Number of failed inference requests, all batch sizes");
     describe_counter!("nv_inference_count", "Number of inferences performed (does not include cached requests)");
-    describe_counter!("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)");
-    describe_gauge!("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model.");
-    describe_counter!("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds (includes cached requests)");
-    describe_counter!("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds (includes cached requests)");
-    describe_counter!("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds (does not include cached requests)");
-    describe_counter!("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds (does not include cached requests)");
-    describe_counter!("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)");
+    describe_counter!(
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)"
+    );
+    describe_gauge!(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model."
+    );
+    describe_counter!(
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)"
+    );
+    describe_counter!(
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)"
+    );
+    describe_counter!(
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)"
+    );
+    describe_counter!(
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)"
+    );
+    describe_counter!(
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)"
+    );
     describe_gauge!("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes");
     describe_gauge!("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes");
     describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
@@ -47,16 +67,31 @@ fn describe() {
     describe_gauge!("nv_gpu_power_usage", "GPU power usage in watts");
     describe_gauge!("nv_gpu_power_limit", "GPU power management limit in watts");
     describe_counter!("nv_energy_consumption", "GPU energy consumption in joules since the Triton Server started");
-    describe_gauge!("tritium_scheduler_queue_length", "Requests queued in a model's scheduler, not yet given to an instance");
-    describe_gauge!("tritium_scheduler_mailbox_depth", "Messages sent to a model's scheduler actor and not yet handled");
+    describe_gauge!(
+        "tritium_scheduler_queue_length",
+        "Requests queued in a model's scheduler, not yet given to an instance"
+    );
+    describe_gauge!(
+        "tritium_scheduler_mailbox_depth",
+        "Messages sent to a model's scheduler actor and not yet handled"
+    );
     describe_counter!("tritium_batcher_batches_total", "Batches the batcher handed to instances");
     describe_counter!("tritium_batcher_items_total", "Items (batch elements) in the batches handed to instances");
     describe_gauge!("tritium_instance_alive", "1 while the instance actor is running, 0 while it restarts");
-    describe_counter!("tritium_instance_busy_us", "Cumulative time the instance actor spent executing, in microseconds");
+    describe_counter!(
+        "tritium_instance_busy_us",
+        "Cumulative time the instance actor spent executing, in microseconds"
+    );
     describe_counter!("tritium_instance_executions_total", "Executions the instance actor ran");
     describe_counter!("tritium_instance_restarts_total", "Times the supervisor restarted the instance after a failure");
-    describe_gauge!("tritium_instance_mailbox_depth", "Batches sent to the instance actor and not yet taken up (at most one)");
-    describe_gauge!("tritium_instance_sequence_slots_used", "Sequence slots of the instance held by a sequence (direct strategy)");
+    describe_gauge!(
+        "tritium_instance_mailbox_depth",
+        "Batches sent to the instance actor and not yet taken up (at most one)"
+    );
+    describe_gauge!(
+        "tritium_instance_sequence_slots_used",
+        "Sequence slots of the instance held by a sequence (direct strategy)"
+    );
     describe_gauge!("tritium_sequence_active", "Sequences holding a slot in the sequence actor");
     describe_gauge!("tritium_sequence_backlog", "Sequences waiting in the backlog for a free slot");
     describe_counter!("tritium_sequence_idle_releases_total", "Sequences whose slot was freed by the idle timeout");
@@ -161,7 +196,12 @@ fn histograms(server: &Server, out: &mut String) {
             }
         }
     }
-    histogram::write(out, "tritium_batcher_batch_size", "Items in each batch the batcher handed to an instance", &sizes);
+    histogram::write(
+        out,
+        "tritium_batcher_batch_size",
+        "Items in each batch the batcher handed to an instance",
+        &sizes,
+    );
     histogram::write(
         out,
         "tritium_batcher_delay_us",
@@ -214,7 +254,10 @@ fn latency_builder(config: &MetricsConfig) -> anyhow::Result<PrometheusBuilder> 
         // prometheus-cpp's summary window, as Triton uses it: 60 s in 5 age buckets.
         .set_bucket_duration(Duration::from_secs(12))?
         .set_bucket_count(NonZeroU32::new(5).expect("non-zero"))
-        .set_buckets_for_metric(Matcher::Full(latency::FIRST_RESPONSE_HISTOGRAM.to_string()), &latency::FIRST_RESPONSE_BUCKETS_MS)?)
+        .set_buckets_for_metric(
+            Matcher::Full(latency::FIRST_RESPONSE_HISTOGRAM.to_string()),
+            &latency::FIRST_RESPONSE_BUCKETS_MS,
+        )?)
 }
 
 /// Installs the process-wide recorder of the per-request latency families.
@@ -234,7 +277,12 @@ fn install_latency_recorder(config: &MetricsConfig) -> anyhow::Result<Prometheus
 /// Installs the recorder and returns the metrics HTTP server (not yet awaited), with the
 /// settings of `--metrics-config` and host figures sampled every `interval`. Call it before
 /// models load: the per-request families of a model are made when it loads (`observer`).
-pub fn serve_with(server: Arc<Server>, addr: SocketAddr, config: MetricsConfig, interval: Duration) -> anyhow::Result<actix_web::dev::Server> {
+pub fn serve_with(
+    server: Arc<Server>,
+    addr: SocketAddr,
+    config: MetricsConfig,
+    interval: Duration,
+) -> anyhow::Result<actix_web::dev::Server> {
     let latency = install_latency_recorder(&config)?;
     let _ = latency::CONFIG.set(config.clone());
     let host = system::HostFigures::start(interval)?;
@@ -254,7 +302,6 @@ mod tests {
     use tritium_actors::stats::{RequestTimes, StatsObserver};
 
     use super::latency::ModelLatency;
-
     use super::*;
 
     #[test]
@@ -284,13 +331,28 @@ mod tests {
         assert!(text.contains("nv_inference_request_summary_us_count{model=\"m\",version=\"1\"} 4"), "{text}");
         assert!(text.contains("nv_inference_request_summary_us_sum{model=\"m\",version=\"1\"} 10000"), "{text}");
         for q in ["0.5", "0.9", "0.95", "0.99", "0.999"] {
-            assert!(text.contains(&format!("nv_inference_queue_summary_us{{model=\"m\",version=\"1\",quantile=\"{q}\"}}")), "{q}: {text}");
+            assert!(
+                text.contains(&format!("nv_inference_queue_summary_us{{model=\"m\",version=\"1\",quantile=\"{q}\"}}")),
+                "{q}: {text}"
+            );
         }
         assert!(text.contains("# TYPE nv_inference_first_response_histogram_ms histogram"), "{text}");
-        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"100\"} 0"), "{text}");
-        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"500\"} 1"), "{text}");
-        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"5000\"} 2"), "{text}");
-        assert!(text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"+Inf\"} 2"), "{text}");
+        assert!(
+            text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"100\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"500\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"5000\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nv_inference_first_response_histogram_ms_bucket{model=\"m\",version=\"1\",le=\"+Inf\"} 2"),
+            "{text}"
+        );
         assert!(text.contains("nv_inference_first_response_histogram_ms_count{model=\"m\",version=\"1\"} 2"), "{text}");
     }
 }

@@ -1,13 +1,14 @@
 //! Host figures for `nv_cpu_*`: CPU utilization from /proc/stat and memory from /proc/meminfo,
 //! sampled every `--metrics-interval-ms` (utilization is over the last interval, as Triton's).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::gpu::{GpuReader, GpuSample};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Remembers the last /proc/stat reading to compute utilization over the interval.
 #[derive(Default)]

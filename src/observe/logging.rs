@@ -7,7 +7,8 @@
 use std::fmt::Write as _;
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
 use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -165,12 +166,19 @@ impl LogSettings {
                                 "invalid argument for --log_format, got: {s} (expected 'default' or 'ISO8601')"
                             )))
                         }
-                        other => return Err(Error::invalid(format!("expect string for 'log_format', got {}", other.describe()))),
+                        other => {
+                            return Err(Error::invalid(format!(
+                                "expect string for 'log_format', got {}",
+                                other.describe()
+                            )))
+                        }
                     }
                 }
                 "log_file" => match value {
                     SettingValue::Str(s) if *s == self.file => {}
-                    _ => return Err(Error::unsupported("log file location can not be updated through network protocol")),
+                    _ => {
+                        return Err(Error::unsupported("log file location can not be updated through network protocol"))
+                    }
                 },
                 other => return Err(Error::invalid(format!("unknown log setting '{other}'; the settings are {KEYS}"))),
             }
@@ -191,7 +199,14 @@ static SETTINGS: OnceLock<LogSettings> = OnceLock::new();
 /// The process's log settings (Triton's defaults until `init` runs).
 pub fn settings() -> &'static LogSettings {
     SETTINGS.get_or_init(|| {
-        LogSettings::new(&LogView { file: String::new(), info: true, warning: true, error: true, verbose: 0, format: LogFormat::Default })
+        LogSettings::new(&LogView {
+            file: String::new(),
+            info: true,
+            warning: true,
+            error: true,
+            verbose: 0,
+            format: LogFormat::Default,
+        })
     })
 }
 
@@ -239,7 +254,9 @@ fn prefix(format: LogFormat, level: Level, now: SystemTime, pid: u32, place: &st
         LogFormat::Default => {
             write!(out, "{letter}{month:02}{day:02} {h:02}:{m:02}:{s:02}.{:06} {pid} {place}] ", since.subsec_micros())
         }
-        LogFormat::Iso8601 => write!(out, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z {letter} {pid} {place}] "),
+        LogFormat::Iso8601 => {
+            write!(out, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z {letter} {pid} {place}] ")
+        }
     };
     out
 }
@@ -257,7 +274,9 @@ where
         let meta = event.metadata();
         // Tritium's own lines name the file under `src/`; a library's, its module.
         let place = match (meta.file(), meta.line()) {
-            (Some(file), Some(line)) if !file.starts_with('/') => format!("{}:{line}", file.strip_prefix("src/").unwrap_or(file)),
+            (Some(file), Some(line)) if !file.starts_with('/') => {
+                format!("{}:{line}", file.strip_prefix("src/").unwrap_or(file))
+            }
             _ => meta.target().to_string(),
         };
         writer.write_str(&prefix(self.0.format(), *meta.level(), SystemTime::now(), std::process::id(), &place))?;
@@ -292,7 +311,14 @@ pub struct LogOptions {
 /// Installs the process's logger; lines go to `--log-file` (appended) or stderr.
 pub fn init(opts: &LogOptions) -> std::io::Result<()> {
     let file = opts.file.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-    let view = LogView { file, info: opts.info, warning: opts.warning, error: opts.error, verbose: opts.verbose, format: opts.format };
+    let view = LogView {
+        file,
+        info: opts.info,
+        warning: opts.warning,
+        error: opts.error,
+        verbose: opts.verbose,
+        format: opts.format,
+    };
     let settings = SETTINGS.get_or_init(|| LogSettings::new(&view));
     let writer = match &opts.file {
         Some(path) => {
@@ -312,11 +338,19 @@ pub fn init(opts: &LogOptions) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::Duration;
 
+    use super::*;
+
     fn defaults() -> LogSettings {
-        LogSettings::new(&LogView { file: String::new(), info: true, warning: true, error: true, verbose: 0, format: LogFormat::Default })
+        LogSettings::new(&LogView {
+            file: String::new(),
+            info: true,
+            warning: true,
+            error: true,
+            verbose: 0,
+            format: LogFormat::Default,
+        })
     }
 
     fn change(key: &str, v: SettingValue) -> Vec<(String, SettingValue)> {
@@ -373,8 +407,14 @@ mod tests {
     fn prefixes_look_like_tritonservers() {
         // 2026-12-03T12:00:00.123456Z
         let t = UNIX_EPOCH + Duration::from_secs(1_796_256_000 + 12 * 3600) + Duration::from_micros(123_456);
-        assert_eq!(prefix(LogFormat::Default, Level::INFO, t, 42, "infer.rs:7"), "I1203 12:00:00.123456 42 infer.rs:7] ");
-        assert_eq!(prefix(LogFormat::Iso8601, Level::WARN, t, 42, "infer.rs:7"), "2026-12-03T12:00:00Z W 42 infer.rs:7] ");
+        assert_eq!(
+            prefix(LogFormat::Default, Level::INFO, t, 42, "infer.rs:7"),
+            "I1203 12:00:00.123456 42 infer.rs:7] "
+        );
+        assert_eq!(
+            prefix(LogFormat::Iso8601, Level::WARN, t, 42, "infer.rs:7"),
+            "2026-12-03T12:00:00Z W 42 infer.rs:7] "
+        );
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_782), (2024, 2, 29));
     }

@@ -10,7 +10,8 @@
 //! object naming the model and request, then one `{"id", "timestamps": [{name, ns}]}` per point.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -55,7 +56,9 @@ impl TraceLevel {
                 "TIMESTAMPS" => level.timestamps = true,
                 "TENSORS" => level.tensors = true,
                 other => {
-                    return Err(Error::invalid(format!("unknown trace level '{other}': expected OFF, TIMESTAMPS or TENSORS")))
+                    return Err(Error::invalid(format!(
+                        "unknown trace level '{other}': expected OFF, TIMESTAMPS or TENSORS"
+                    )))
                 }
             }
         }
@@ -121,7 +124,9 @@ impl TraceConfig {
             };
             match mode {
                 None | Some("triton") => {}
-                Some("opentelemetry") => return Err("--trace-config: the opentelemetry trace mode is not supported".into()),
+                Some("opentelemetry") => {
+                    return Err("--trace-config: the opentelemetry trace mode is not supported".into())
+                }
                 Some(other) => return Err(format!("--trace-config: unknown trace mode '{other}' (expected triton)")),
             }
             let (key, value) = pair
@@ -152,7 +157,11 @@ impl TraceConfig {
         if !levels.is_empty() {
             // `level=OFF` followed by `level=TIMESTAMPS` means TIMESTAMPS.
             let on: Vec<&String> = levels.iter().filter(|l| !l.eq_ignore_ascii_case("OFF")).collect();
-            c.level = if on.is_empty() { TraceLevel::default() } else { TraceLevel::parse(&on).map_err(|e| format!("--trace-config level: {}", e.message))? };
+            c.level = if on.is_empty() {
+                TraceLevel::default()
+            } else {
+                TraceLevel::parse(&on).map_err(|e| format!("--trace-config level: {}", e.message))?
+            };
         }
         Ok(c)
     }
@@ -218,10 +227,12 @@ impl TraceValue {
         match v {
             Value::Null => TraceValue::Clear,
             Value::String(s) => TraceValue::Values(vec![s.clone()]),
-            Value::Array(items) => match items.iter().map(|i| i.as_str().map(str::to_string)).collect::<Option<Vec<_>>>() {
-                Some(list) => TraceValue::Values(list),
-                None => TraceValue::Invalid(format!("expect an array of strings for '{key}'")),
-            },
+            Value::Array(items) => {
+                match items.iter().map(|i| i.as_str().map(str::to_string)).collect::<Option<Vec<_>>>() {
+                    Some(list) => TraceValue::Values(list),
+                    None => TraceValue::Invalid(format!("expect an array of strings for '{key}'")),
+                }
+            }
             other => TraceValue::Invalid(format!(
                 "expect a string for '{key}', got {} (trace settings are strings, e.g. \"1\")",
                 super::SettingValue::from_json(other).describe()
@@ -250,7 +261,9 @@ fn apply_changes(over: &mut Overrides, changes: &[(String, TraceValue)]) -> Resu
         };
         let unparsable = |v: &str| Error::invalid(format!("Unable to parse '{key}', got: {v}"));
         match key.as_str() {
-            "trace_file" => return Err(Error::unsupported("trace file location can not be updated through network protocol")),
+            "trace_file" => {
+                return Err(Error::unsupported("trace file location can not be updated through network protocol"))
+            }
             "trace_mode" => match values {
                 None => {}
                 Some(v) if single(key, v)?.eq_ignore_ascii_case("triton") => {}
@@ -258,11 +271,14 @@ fn apply_changes(over: &mut Overrides, changes: &[(String, TraceValue)]) -> Resu
             },
             "trace_level" => next.level = values.map(TraceLevel::parse).transpose()?,
             "trace_rate" => {
-                next.rate = values.map(|v| single(key, v).and_then(|s| s.trim().parse::<u32>().map_err(|_| unparsable(s)))).transpose()?
+                next.rate = values
+                    .map(|v| single(key, v).and_then(|s| s.trim().parse::<u32>().map_err(|_| unparsable(s))))
+                    .transpose()?
             }
             "log_frequency" => {
-                next.log_frequency =
-                    values.map(|v| single(key, v).and_then(|s| s.trim().parse::<u32>().map_err(|_| unparsable(s)))).transpose()?
+                next.log_frequency = values
+                    .map(|v| single(key, v).and_then(|s| s.trim().parse::<u32>().map_err(|_| unparsable(s))))
+                    .transpose()?
             }
             "trace_count" => {
                 next.count = values
@@ -270,7 +286,9 @@ fn apply_changes(over: &mut Overrides, changes: &[(String, TraceValue)]) -> Resu
                         let s = single(key, v)?;
                         match s.trim().parse::<i32>() {
                             Ok(n) if n >= -1 => Ok(n),
-                            Ok(_) => Err(Error::invalid(format!("Unable to parse 'trace_count'. Expecting value >= -1, got: {s}"))),
+                            Ok(_) => Err(Error::invalid(format!(
+                                "Unable to parse 'trace_count'. Expecting value >= -1, got: {s}"
+                            ))),
                             Err(_) => Err(unparsable(s)),
                         }
                     })
@@ -387,7 +405,13 @@ impl Setting {
 
     fn view(&self) -> TraceView {
         let c = &self.config;
-        TraceView { level: c.level, rate: c.rate, count: self.counters.lock().remaining, log_frequency: c.log_frequency, file: c.file.clone() }
+        TraceView {
+            level: c.level,
+            rate: c.rate,
+            count: self.counters.lock().remaining,
+            log_frequency: c.log_frequency,
+            file: c.file.clone(),
+        }
     }
 }
 
@@ -585,15 +609,41 @@ mod tests {
     }
 
     fn on(file: &str) -> TraceConfig {
-        TraceConfig { level: TraceLevel { timestamps: true, tensors: false }, rate: 1, file: file.into(), ..TraceConfig::default() }
+        TraceConfig {
+            level: TraceLevel { timestamps: true, tensors: false },
+            rate: 1,
+            file: file.into(),
+            ..TraceConfig::default()
+        }
     }
 
     #[test]
     fn trace_config_flags_parse_as_tritons() {
-        let flags = s(&["triton,file=/tmp/t.json", "level=TIMESTAMPS", "rate=1", "count=-1", "log_frequency=0", "triton,log-frequency=5"]);
+        let flags = s(&[
+            "triton,file=/tmp/t.json",
+            "level=TIMESTAMPS",
+            "rate=1",
+            "count=-1",
+            "log_frequency=0",
+            "triton,log-frequency=5",
+        ]);
         let c = TraceConfig::from_flags(&flags, &LegacyTraceFlags::default()).unwrap();
-        assert_eq!(c, TraceConfig { level: TraceLevel { timestamps: true, tensors: false }, rate: 1, count: -1, log_frequency: 5, file: "/tmp/t.json".into() });
-        let legacy = LegacyTraceFlags { file: Some("/x".into()), level: s(&["TIMESTAMPS", "TENSORS"]), rate: Some(7), ..Default::default() };
+        assert_eq!(
+            c,
+            TraceConfig {
+                level: TraceLevel { timestamps: true, tensors: false },
+                rate: 1,
+                count: -1,
+                log_frequency: 5,
+                file: "/tmp/t.json".into()
+            }
+        );
+        let legacy = LegacyTraceFlags {
+            file: Some("/x".into()),
+            level: s(&["TIMESTAMPS", "TENSORS"]),
+            rate: Some(7),
+            ..Default::default()
+        };
         let c = TraceConfig::from_flags(&[], &legacy).unwrap();
         assert!(c.level.timestamps && c.level.tensors && c.rate == 7 && c.file == "/x");
         for bad in ["rate=x", "level=LOUD", "opentelemetry,url=http://x", "count=-2", "colour=blue", "rate"] {
@@ -629,7 +679,10 @@ mod tests {
             (set("trace_rate", &["1", "2"]), "expect only 1 value for 'trace_rate'"),
             (set("trace_rate", &["0"]), "sample rate must be non-zero"),
             (set("sampling", &["1"]), "unknown trace setting 'sampling'"),
-            (("trace_rate".into(), TraceValue::from_json("trace_rate", &serde_json::json!(5))), "expect a string for 'trace_rate'"),
+            (
+                ("trace_rate".into(), TraceValue::from_json("trace_rate", &serde_json::json!(5))),
+                "expect a string for 'trace_rate'",
+            ),
         ];
         for ((key, value), text) in cases {
             let e = m.update(None, &[set("log_frequency", &["9"]), (key.clone(), value)]).unwrap_err();
@@ -663,10 +716,14 @@ mod tests {
         t.record_at("REQUEST_END", start + Duration::from_micros(3));
         t.record_at("HTTP_RECV_START", start);
         let json: serde_json::Value = serde_json::from_str(&format!("[{}]", t.record_json(1, "r\"1"))).unwrap();
-        assert_eq!(json[0], serde_json::json!({"id": t.id, "model_name": "add_sub", "model_version": 1, "request_id": "r\"1"}));
+        assert_eq!(
+            json[0],
+            serde_json::json!({"id": t.id, "model_name": "add_sub", "model_version": 1, "request_id": "r\"1"})
+        );
         assert_eq!(json[1]["timestamps"][0]["name"], "HTTP_RECV_START");
         assert_eq!(json[2]["timestamps"][0]["name"], "REQUEST_END");
-        let (a, b) = (json[1]["timestamps"][0]["ns"].as_u64().unwrap(), json[2]["timestamps"][0]["ns"].as_u64().unwrap());
+        let (a, b) =
+            (json[1]["timestamps"][0]["ns"].as_u64().unwrap(), json[2]["timestamps"][0]["ns"].as_u64().unwrap());
         assert_eq!(b - a, 3000);
     }
 }

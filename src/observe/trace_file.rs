@@ -32,9 +32,15 @@ pub(super) fn ns_of(at: Instant) -> u64 {
 
 pub(super) enum WriteMsg {
     /// Add one trace to the JSON array in `path`.
-    Append { path: String, json: String },
+    Append {
+        path: String,
+        json: String,
+    },
     /// Write a group of traces to `<path>.<next index>`.
-    Indexed { path: String, json: String },
+    Indexed {
+        path: String,
+        json: String,
+    },
     Sync(std::sync::mpsc::SyncSender<()>),
 }
 

@@ -93,7 +93,8 @@ pub fn prepare(
     config::normalize(&mut config, 0);
     config::validate(&config)?;
     let labels = read_labels(&dir.path, &config)?;
-    let graph = if crate::ensemble::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };
+    let graph =
+        if crate::ensemble::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };
     let mut steps = HashMap::new();
     let versions = versions
         .into_iter()

@@ -9,19 +9,20 @@ pub mod scan;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use actix::ArbiterHandle;
 use dashmap::DashMap;
 use parking_lot::Mutex;
+pub use router::Router;
+use scan::{fingerprint, scan, ModelDir};
 use tritium_actors::{Error, ModelHandle, Result};
 
 use crate::backends::BackendEnv;
 use crate::cli::ControlMode;
 use crate::server::{IndexEntry, LoadedModel};
-pub use router::Router;
-use scan::{fingerprint, scan, ModelDir};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelState {
@@ -99,9 +100,11 @@ impl RepositoryManager {
         if !self.opts.strict_readiness {
             return true;
         }
-        self.records.lock().values().filter(|r| r.wanted).all(|r| {
-            !r.versions.is_empty() && r.versions.values().all(|(s, _)| *s == ModelState::Ready)
-        })
+        self.records
+            .lock()
+            .values()
+            .filter(|r| r.wanted)
+            .all(|r| !r.versions.is_empty() && r.versions.values().all(|(s, _)| *s == ModelState::Ready))
     }
 
     fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -157,7 +160,9 @@ impl RepositoryManager {
     fn check_explicit(&self) -> Result<()> {
         match self.opts.mode {
             ControlMode::Explicit => Ok(()),
-            ControlMode::Poll => Err(Error::unavailable("explicit model load / unload is not allowed if polling is enabled")),
+            ControlMode::Poll => {
+                Err(Error::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+            }
             ControlMode::None => {
                 Err(Error::unavailable("explicit model load / unload is not allowed if model control mode is 'none'"))
             }
@@ -220,9 +225,10 @@ impl RepositoryManager {
         let strict = self.opts.strict_config;
         let env = self.opts.backend_env.clone();
         let router = self.router.clone();
-        let prepared = tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env, router))
-            .await
-            .map_err(|e| Error::internal(format!("loading model '{name}' panicked: {e}")))??;
+        let prepared =
+            tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env, router))
+                .await
+                .map_err(|e| Error::internal(format!("loading model '{name}' panicked: {e}")))??;
         let composing = match &prepared.graph {
             Some(graph) => {
                 self.load_composing(graph).await?;
@@ -307,7 +313,10 @@ impl RepositoryManager {
                 }
             }
             Box::pin(self.load(&model, None)).await.map_err(|e| {
-                Error::new(e.kind, format!("ensemble '{}': composing model '{model}' failed to load: {}", graph.name, e.message))
+                Error::new(
+                    e.kind,
+                    format!("ensemble '{}': composing model '{model}' failed to load: {}", graph.name, e.message),
+                )
             })?;
         }
         Ok(())
@@ -386,7 +395,12 @@ impl RepositoryManager {
         let mut out = Vec::new();
         for name in names {
             match records.get(name) {
-                None => out.push(IndexEntry { name: name.clone(), version: None, state: String::new(), reason: String::new() }),
+                None => out.push(IndexEntry {
+                    name: name.clone(),
+                    version: None,
+                    state: String::new(),
+                    reason: String::new(),
+                }),
                 Some(r) if r.versions.is_empty() => out.push(IndexEntry {
                     name: name.clone(),
                     version: None,

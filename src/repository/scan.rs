@@ -36,7 +36,11 @@ pub fn scan(repositories: &[PathBuf]) -> (BTreeMap<String, ModelDir>, BTreeMap<S
             if let Some(prev) = found.get(&name) {
                 errors.insert(
                     name.clone(),
-                    format!("model '{name}' appears in two repositories: {} and {}", prev.path.display(), path.display()),
+                    format!(
+                        "model '{name}' appears in two repositories: {} and {}",
+                        prev.path.display(),
+                        path.display()
+                    ),
                 );
                 continue;
             }
@@ -145,13 +149,19 @@ mod tests {
     #[test]
     fn latest_all_and_specific() {
         let on_disk = [1, 2, 3];
-        assert_eq!(select_versions("m", Some(&pol(PolicyChoice::Latest(Latest { num_versions: 2 }))), &on_disk).unwrap(), vec![2, 3]);
+        assert_eq!(
+            select_versions("m", Some(&pol(PolicyChoice::Latest(Latest { num_versions: 2 }))), &on_disk).unwrap(),
+            vec![2, 3]
+        );
         assert_eq!(select_versions("m", Some(&pol(PolicyChoice::All(All {}))), &on_disk).unwrap(), vec![1, 2, 3]);
         assert_eq!(
-            select_versions("m", Some(&pol(PolicyChoice::Specific(Specific { versions: vec![3, 1] }))), &on_disk).unwrap(),
+            select_versions("m", Some(&pol(PolicyChoice::Specific(Specific { versions: vec![3, 1] }))), &on_disk)
+                .unwrap(),
             vec![1, 3]
         );
-        assert!(select_versions("m", Some(&pol(PolicyChoice::Specific(Specific { versions: vec![7] }))), &on_disk).is_err());
+        assert!(
+            select_versions("m", Some(&pol(PolicyChoice::Specific(Specific { versions: vec![7] }))), &on_disk).is_err()
+        );
         assert!(select_versions("m", None, &[]).is_err());
     }
 

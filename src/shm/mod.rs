@@ -73,12 +73,17 @@ pub struct RegionStatus {
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as u64 } else { 4096 }
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
 }
 
 fn map_region(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Mapping> {
     let invalid = || Error::invalid(format!("failed to register shared memory region '{name}': invalid args"));
-    let c_key = CString::new(key).map_err(|_| Error::invalid(format!("shared memory key '{key}' contains a NUL byte")))?;
+    let c_key =
+        CString::new(key).map_err(|_| Error::invalid(format!("shared memory key '{key}' contains a NUL byte")))?;
     // SAFETY: c_key is a valid C string; the fd is closed below on every path.
     let fd = unsafe { libc::shm_open(c_key.as_ptr(), libc::O_RDWR, 0o600) };
     if fd < 0 {
@@ -99,7 +104,14 @@ fn map_region(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Mapp
         let len = lead + byte_size as usize;
         // SAFETY: a fresh shared mapping of an open fd, in bounds of the object (checked above).
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, aligned as libc::off_t)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                aligned as libc::off_t,
+            )
         };
         if base == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
@@ -238,8 +250,9 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tritium_actors::ErrorKind;
+
+    use super::*;
 
     /// A POSIX shm object of `size` bytes that is unlinked on drop.
     struct Shm(CString);

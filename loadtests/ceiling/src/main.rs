@@ -95,7 +95,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // (name, dims after the batch dimension) for every input.
     let mut inputs = Vec::new();
     for i in session.inputs() {
-        let ValueType::Tensor { shape, .. } = i.dtype() else { return Err(format!("{}: not a tensor", i.name()).into()) };
+        let ValueType::Tensor { shape, .. } = i.dtype() else {
+            return Err(format!("{}: not a tensor", i.name()).into());
+        };
         let dims: Vec<i64> = shape.iter().skip(1).copied().collect();
         if dims.iter().any(|d| *d < 0) {
             return Err(format!("input {} has a dynamic non-batch dimension {shape:?}", i.name()).into());

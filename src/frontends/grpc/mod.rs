@@ -14,6 +14,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use error::status;
+use error::IntoStatus;
+pub use serve::serve;
+use tensors::{decode, encode, parse_version, Decoded};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 use tritium_actors::Error;
@@ -25,10 +29,6 @@ use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::server::{ModelStatistics, Server};
 use crate::shm;
-use error::IntoStatus;
-pub use error::status;
-pub use serve::serve;
-use tensors::{decode, encode, parse_version, Decoded};
 
 /// Settings from the command line.
 #[derive(Debug, Clone)]
@@ -103,11 +103,17 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(pb::ServerLiveResponse { live: self.server.is_live() }))
     }
 
-    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> Result<Response<pb::ServerReadyResponse>, Status> {
+    async fn server_ready(
+        &self,
+        _: Request<pb::ServerReadyRequest>,
+    ) -> Result<Response<pb::ServerReadyResponse>, Status> {
         Ok(Response::new(pb::ServerReadyResponse { ready: self.server.is_ready() }))
     }
 
-    async fn model_ready(&self, request: Request<pb::ModelReadyRequest>) -> Result<Response<pb::ModelReadyResponse>, Status> {
+    async fn model_ready(
+        &self,
+        request: Request<pb::ModelReadyRequest>,
+    ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let r = request.into_inner();
         let version = parse_version(&r.version).or_status()?;
         Ok(Response::new(pb::ModelReadyResponse { ready: self.server.model_ready(&r.name, version) }))
@@ -140,7 +146,10 @@ impl GrpcInferenceService for GrpcService {
         }))
     }
 
-    async fn model_infer(&self, request: Request<pb::ModelInferRequest>) -> Result<Response<pb::ModelInferResponse>, Status> {
+    async fn model_infer(
+        &self,
+        request: Request<pb::ModelInferRequest>,
+    ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let read = std::time::Instant::now();
         let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
         let model = self.server.model(&request.model, request.version).or_status()?;
@@ -198,7 +207,10 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(stream::start(self.server.clone(), request.into_inner())))
     }
 
-    async fn model_config(&self, request: Request<pb::ModelConfigRequest>) -> Result<Response<pb::ModelConfigResponse>, Status> {
+    async fn model_config(
+        &self,
+        request: Request<pb::ModelConfigRequest>,
+    ) -> Result<Response<pb::ModelConfigResponse>, Status> {
         let r = request.into_inner();
         let model = self.server.model(&r.name, parse_version(&r.version).or_status()?).or_status()?;
         Ok(Response::new(pb::ModelConfigResponse { config: Some(model.config.clone()) }))
@@ -212,7 +224,9 @@ impl GrpcInferenceService for GrpcService {
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         let version = parse_version(&r.version).or_status()?;
         let mut stats = self.server.statistics(name, version).or_status()?;
-        stats.sort_by(|a, b| (&a.name, a.version.parse::<i64>().unwrap_or(0)).cmp(&(&b.name, b.version.parse::<i64>().unwrap_or(0))));
+        stats.sort_by(|a, b| {
+            (&a.name, a.version.parse::<i64>().unwrap_or(0)).cmp(&(&b.name, b.version.parse::<i64>().unwrap_or(0)))
+        });
         Ok(Response::new(pb::ModelStatisticsResponse { model_stats: stats.iter().map(model_statistics).collect() }))
     }
 
@@ -335,7 +349,10 @@ impl GrpcInferenceService for GrpcService {
         Err(status(Error::unsupported("CUDA shared memory is not available: this server runs without a GPU")))
     }
 
-    async fn trace_setting(&self, request: Request<pb::TraceSettingRequest>) -> Result<Response<pb::TraceSettingResponse>, Status> {
+    async fn trace_setting(
+        &self,
+        request: Request<pb::TraceSettingRequest>,
+    ) -> Result<Response<pb::TraceSettingResponse>, Status> {
         let r = request.into_inner();
         let changes: Vec<(String, TraceValue)> = r
             .settings
@@ -352,7 +369,10 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(pb::TraceSettingResponse { settings }))
     }
 
-    async fn log_settings(&self, request: Request<pb::LogSettingsRequest>) -> Result<Response<pb::LogSettingsResponse>, Status> {
+    async fn log_settings(
+        &self,
+        request: Request<pb::LogSettingsRequest>,
+    ) -> Result<Response<pb::LogSettingsResponse>, Status> {
         use pb::log_settings_request::setting_value::ParameterChoice as In;
         use pb::log_settings_response::setting_value::ParameterChoice as Out;
         use pb::log_settings_response::SettingValue as OutValue;

@@ -83,7 +83,11 @@ struct Running {
 }
 
 /// Decodes and queues one request; a request that fails here is answered on the stream.
-async fn submit(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) -> Option<Running> {
+async fn submit(
+    server: &Server,
+    request: ModelInferRequest,
+    out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
+) -> Option<Running> {
     let read = std::time::Instant::now();
     let trace = crate::observe::trace::manager().sample(&request.model_name);
     if let Some(t) = &trace {
@@ -97,7 +101,8 @@ async fn submit(server: &Server, request: ModelInferRequest, out: &mpsc::Sender<
             return None;
         }
     };
-    let empty_final = matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
+    let empty_final =
+        matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
     let requested = request.outputs.clone();
     let span = request_span(&request);
     span.in_scope(|| tracing::debug!("gRPC stream infer request received"));

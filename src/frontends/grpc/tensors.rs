@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tritium_actors::{DataType, Error, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Result, Tensor};
+use tritium_actors::{
+    DataType, Error, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Result, Tensor,
+};
 
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::InferInputTensor;
@@ -68,10 +70,14 @@ fn shm_target(params: &HashMap<String, InferParameter>, tensor: &str) -> Result<
     let region = match params.get("shared_memory_region").and_then(param_value) {
         None => return Ok(None),
         Some(ParamValue::Str(s)) => s,
-        Some(_) => return Err(Error::invalid(format!("parameter 'shared_memory_region' of '{tensor}' must be a string"))),
+        Some(_) => {
+            return Err(Error::invalid(format!("parameter 'shared_memory_region' of '{tensor}' must be a string")))
+        }
     };
     let byte_size = uint_param(params, "shared_memory_byte_size", tensor)?.ok_or_else(|| {
-        Error::invalid(format!("'shared_memory_byte_size' is missing for '{tensor}', which uses shared memory region '{region}'"))
+        Error::invalid(format!(
+            "'shared_memory_byte_size' is missing for '{tensor}', which uses shared memory region '{region}'"
+        ))
     })?;
     let offset = uint_param(params, "shared_memory_offset", tensor)?.unwrap_or(0);
     Ok(Some(Placement { region, offset, byte_size }))
@@ -279,9 +285,24 @@ mod tests {
         let req = ModelInferRequest {
             model_name: "m".into(),
             inputs: vec![
-                input("A", "INT16", vec![2], Some(InferTensorContents { int_contents: vec![1, -2], ..Default::default() })),
-                input("B", "BYTES", vec![1], Some(InferTensorContents { bytes_contents: vec![Bytes::from_static(b"hi")], ..Default::default() })),
-                input("C", "FP32", vec![1], Some(InferTensorContents { fp32_contents: vec![1.0], ..Default::default() })),
+                input(
+                    "A",
+                    "INT16",
+                    vec![2],
+                    Some(InferTensorContents { int_contents: vec![1, -2], ..Default::default() }),
+                ),
+                input(
+                    "B",
+                    "BYTES",
+                    vec![1],
+                    Some(InferTensorContents { bytes_contents: vec![Bytes::from_static(b"hi")], ..Default::default() }),
+                ),
+                input(
+                    "C",
+                    "FP32",
+                    vec![1],
+                    Some(InferTensorContents { fp32_contents: vec![1.0], ..Default::default() }),
+                ),
             ],
             ..Default::default()
         };
@@ -318,18 +339,32 @@ mod tests {
         let bad = |req: ModelInferRequest| decode(req).unwrap_err().message;
         assert!(bad(ModelInferRequest { model_name: "m".into(), model_version: "x".into(), ..Default::default() })
             .contains("failed to parse model version"));
-        assert!(bad(ModelInferRequest { model_name: "m".into(), inputs: vec![input("A", "FLOAT", vec![1], None)], ..Default::default() })
-            .contains("invalid datatype 'FLOAT'"));
+        assert!(bad(ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("A", "FLOAT", vec![1], None)],
+            ..Default::default()
+        })
+        .contains("invalid datatype 'FLOAT'"));
         let mixed = ModelInferRequest {
             model_name: "m".into(),
-            inputs: vec![input("A", "INT32", vec![1], Some(InferTensorContents { int_contents: vec![1], ..Default::default() }))],
+            inputs: vec![input(
+                "A",
+                "INT32",
+                vec![1],
+                Some(InferTensorContents { int_contents: vec![1], ..Default::default() }),
+            )],
             raw_input_contents: vec![Bytes::from_static(&[0, 0, 0, 0])],
             ..Default::default()
         };
         assert!(bad(mixed).contains("contents field must not be specified"));
         let fp16 = ModelInferRequest {
             model_name: "m".into(),
-            inputs: vec![input("A", "FP16", vec![1], Some(InferTensorContents { fp32_contents: vec![1.0], ..Default::default() }))],
+            inputs: vec![input(
+                "A",
+                "FP16",
+                vec![1],
+                Some(InferTensorContents { fp32_contents: vec![1.0], ..Default::default() }),
+            )],
             ..Default::default()
         };
         assert!(bad(fp16).contains("raw_input_contents"));

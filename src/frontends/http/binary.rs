@@ -69,9 +69,7 @@ impl BinaryCursor {
     /// Fails when bytes are left that no input claimed.
     pub fn finish(&self, model: &str) -> Result<()> {
         if self.pos != self.data.len() {
-            return Err(Error::invalid(format!(
-                "unexpected additional input data for model '{model}'"
-            )));
+            return Err(Error::invalid(format!("unexpected additional input data for model '{model}'")));
         }
         Ok(())
     }
@@ -79,7 +77,10 @@ impl BinaryCursor {
 
 /// A response body of the JSON header followed by the binary outputs, sent chunk by chunk so
 /// the output `Bytes` are never copied; its length is known, so it goes with `Content-Length`.
-pub fn body_with_binary(json: Vec<u8>, chunks: Vec<Bytes>) -> SizedStream<impl futures::Stream<Item = std::result::Result<Bytes, Error>>> {
+pub fn body_with_binary(
+    json: Vec<u8>,
+    chunks: Vec<Bytes>,
+) -> SizedStream<impl futures::Stream<Item = std::result::Result<Bytes, Error>>> {
     let total: usize = json.len() + chunks.iter().map(Bytes::len).sum::<usize>();
     let parts: Vec<std::result::Result<Bytes, Error>> =
         std::iter::once(Bytes::from(json)).chain(chunks).filter(|b| !b.is_empty()).map(Ok).collect();
@@ -88,8 +89,9 @@ pub fn body_with_binary(json: Vec<u8>, chunks: Vec<Bytes>) -> SizedStream<impl f
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use actix_web::body::MessageBody;
+
+    use super::*;
 
     fn hv(s: &str) -> HeaderValue {
         HeaderValue::from_str(s).unwrap()
@@ -141,7 +143,8 @@ mod tests {
 
     #[actix_rt::test]
     async fn binary_body_is_json_then_chunks() {
-        let body = body_with_binary(b"{}".to_vec(), vec![Bytes::from_static(b"xy"), Bytes::new(), Bytes::from_static(b"z")]);
+        let body =
+            body_with_binary(b"{}".to_vec(), vec![Bytes::from_static(b"xy"), Bytes::new(), Bytes::from_static(b"z")]);
         assert_eq!(body.size(), actix_web::body::BodySize::Sized(5));
         let bytes = actix_web::body::to_bytes(body).await.ok().unwrap();
         assert_eq!(&bytes[..], b"{}xyz");

@@ -96,7 +96,13 @@ pub fn encode_response(
         } else {
             (None, Some(DataJson::new(t, &response.model)?))
         };
-        json_outputs.push(OutputJson { name: &t.name, datatype: t.datatype.as_str(), shape: &t.shape, parameters, data });
+        json_outputs.push(OutputJson {
+            name: &t.name,
+            datatype: t.datatype.as_str(),
+            shape: &t.shape,
+            parameters,
+            data,
+        });
     }
     let doc = ResponseJson {
         id: &response.id,
@@ -125,19 +131,32 @@ pub fn into_http(encoded: Encoded) -> HttpResponse {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use actix_web::body::MessageBody;
     use serde_json::json;
     use tritium_actors::tensor::serialize_bytes;
-    use tritium_actors::Tensor;
-    use tritium_actors::DataType;
+    use tritium_actors::{DataType, Tensor};
+
+    use super::*;
 
     fn response(outputs: Vec<Tensor>) -> InferResponse {
-        InferResponse { id: String::new(), model: "m".into(), version: 2, outputs, parameters: Parameters::new(), is_final: true, times: None }
+        InferResponse {
+            id: String::new(),
+            model: "m".into(),
+            version: 2,
+            outputs,
+            parameters: Parameters::new(),
+            is_final: true,
+            times: None,
+        }
     }
 
     fn f32s(name: &str, shape: Vec<i64>, v: &[f32]) -> Tensor {
-        Tensor::new(name, DataType::F32, shape, Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()))
+        Tensor::new(
+            name,
+            DataType::F32,
+            shape,
+            Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()),
+        )
     }
 
     fn json_of(e: &Encoded) -> Value {
@@ -146,7 +165,10 @@ mod tests {
 
     #[test]
     fn json_response_has_tritons_fields() {
-        let mut r = response(vec![f32s("OUT", vec![1, 2], &[1.5, -2.0]), Tensor::new("S", DataType::Bytes, vec![1], serialize_bytes(["hi"]))]);
+        let mut r = response(vec![
+            f32s("OUT", vec![1, 2], &[1.5, -2.0]),
+            Tensor::new("S", DataType::Bytes, vec![1], serialize_bytes(["hi"])),
+        ]);
         r.id = "7".into();
         r.parameters.insert("sequence_end".into(), ParamValue::Bool(true));
         let e = encode_response(&r, &[], &OutputPlan::default(), true, &HashMap::new()).unwrap();
@@ -170,19 +192,27 @@ mod tests {
     fn binary_outputs_go_after_the_json_without_copying() {
         let out = f32s("OUT", vec![2], &[1.0, 2.0]);
         let other = f32s("J", vec![1], &[3.0]);
-        let plan = OutputPlan { default_binary: false, listed: [("OUT".to_string(), true), ("J".to_string(), false)].into(), ..Default::default() };
+        let plan = OutputPlan {
+            default_binary: false,
+            listed: [("OUT".to_string(), true), ("J".to_string(), false)].into(),
+            ..Default::default()
+        };
         let e = encode_response(&response(vec![out.clone(), other]), &[], &plan, false, &HashMap::new()).unwrap();
         assert_eq!(e.binary.len(), 1);
         assert_eq!(e.binary[0].as_ptr(), out.data.as_ptr());
         let v = json_of(&e);
-        assert_eq!(v["outputs"][0], json!({"name": "OUT", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}));
+        assert_eq!(
+            v["outputs"][0],
+            json!({"name": "OUT", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}})
+        );
         assert_eq!(v["outputs"][1]["data"], json!([3.0]));
     }
 
     #[test]
     fn empty_binary_output_has_size_zero_and_no_chunk() {
         let plan = OutputPlan { default_binary: true, listed: HashMap::new(), ..Default::default() };
-        let e = encode_response(&response(vec![f32s("OUT", vec![0], &[])]), &[], &plan, false, &HashMap::new()).unwrap();
+        let e =
+            encode_response(&response(vec![f32s("OUT", vec![0], &[])]), &[], &plan, false, &HashMap::new()).unwrap();
         assert!(e.binary.is_empty());
         assert_eq!(json_of(&e)["outputs"][0]["parameters"], json!({"binary_data_size": 0}));
     }
@@ -191,7 +221,8 @@ mod tests {
     fn classification_replaces_the_output_with_labelled_classes() {
         let r = response(vec![f32s("PROB", vec![1, 3], &[0.2, 0.5, 0.3])]);
         let requested = vec![RequestedOutput { name: "PROB".into(), class_count: 2 }];
-        let labels: HashMap<String, Vec<String>> = [("PROB".to_string(), vec!["a".into(), "b".into(), "c".into()])].into();
+        let labels: HashMap<String, Vec<String>> =
+            [("PROB".to_string(), vec!["a".into(), "b".into(), "c".into()])].into();
         let e = encode_response(&r, &requested, &OutputPlan::default(), true, &labels).unwrap();
         assert_eq!(
             json_of(&e)["outputs"][0],

@@ -14,18 +14,14 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
-        ErrorKind::InvalidArgument | ErrorKind::AlreadyExists | ErrorKind::Cancelled => {
-            StatusCode::BAD_REQUEST
-        }
+        ErrorKind::InvalidArgument | ErrorKind::AlreadyExists | ErrorKind::Cancelled => StatusCode::BAD_REQUEST,
     }
 }
 
 /// A response with Triton's error body.
 pub fn error_response(status: StatusCode, message: &str) -> HttpResponse {
     let body = serde_json::json!({ "error": message }).to_string();
-    HttpResponse::build(status)
-        .insert_header((header::CONTENT_TYPE, "application/json"))
-        .body(body)
+    HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "application/json")).body(body)
 }
 
 /// The engine's error, carried out of a handler.
@@ -58,8 +54,9 @@ pub type HttpResult<T> = std::result::Result<T, HttpError>;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use actix_web::body::MessageBody;
+
+    use super::*;
 
     #[test]
     fn maps_kinds_as_triton_does() {

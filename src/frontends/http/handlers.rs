@@ -152,13 +152,19 @@ pub async fn load(state: web::Data<HttpState>, path: web::Path<String>, body: we
     let config = match parameters(&request)?.and_then(|p| p.get("config")) {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(Error::invalid("Unable to parse 'config': expected a string holding the config JSON").into()),
+        Some(_) => {
+            return Err(Error::invalid("Unable to parse 'config': expected a string holding the config JSON").into())
+        }
     };
     state.server.load_model(&path, config).await?;
     Ok(ok_empty())
 }
 
-pub async fn unload(state: web::Data<HttpState>, path: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn unload(
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResult<HttpResponse> {
     let request = json_body(&body)?;
     let dependents = match parameters(&request)?.and_then(|p| p.get("unload_dependents")) {
         None => false,

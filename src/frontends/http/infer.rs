@@ -37,7 +37,12 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes>
     Ok(body.freeze())
 }
 
-pub async fn infer(state: web::Data<HttpState>, path: ModelPath, req: HttpRequest, payload: web::Payload) -> HttpResult<HttpResponse> {
+pub async fn infer(
+    state: web::Data<HttpState>,
+    path: ModelPath,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> HttpResult<HttpResponse> {
     let recv_start = Instant::now();
     let (model, version) = model_and_version(&path)?;
     if let Some(len) = req.headers().get(actix_web::http::header::CONTENT_LENGTH) {
@@ -84,7 +89,12 @@ pub async fn infer(state: web::Data<HttpState>, path: ModelPath, req: HttpReques
     .await
 }
 
-async fn run(state: &HttpState, mut request: InferRequest, plan: &OutputPlan, trace: Option<ActiveTrace>) -> HttpResult<HttpResponse> {
+async fn run(
+    state: &HttpState,
+    mut request: InferRequest,
+    plan: &OutputPlan,
+    trace: Option<ActiveTrace>,
+) -> HttpResult<HttpResponse> {
     let request_id = request.id.clone();
     if let Some(t) = &trace {
         t.attach(&mut request);

@@ -7,13 +7,11 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tritium_actors::tensor::element_count;
-use tritium_actors::{
-    DataType, Error, InferRequest, ParamValue, RequestedOutput, Result, Tensor,
-};
+use tritium_actors::{DataType, Error, InferRequest, ParamValue, RequestedOutput, Result, Tensor};
 
 use super::binary::BinaryCursor;
-use crate::shm::{self, Placement};
 use super::tensor_json::data_from_json;
+use crate::shm::{self, Placement};
 
 /// How the response sends each output.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,7 +58,12 @@ fn uint_param(v: &Value, name: &str) -> Result<u64> {
 
 /// Decodes the request for `model` (and `version`, `None` = latest). `json` is the JSON header,
 /// `binary` the rest of the body (empty without `Inference-Header-Content-Length`).
-pub fn decode_infer(model: &str, version: Option<i64>, json: &[u8], binary: Bytes) -> Result<(InferRequest, OutputPlan)> {
+pub fn decode_infer(
+    model: &str,
+    version: Option<i64>,
+    json: &[u8],
+    binary: Bytes,
+) -> Result<(InferRequest, OutputPlan)> {
     let doc: Value = serde_json::from_slice(json)
         .map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
     // Triton's words: a non-object body has no 'inputs' member to read.
@@ -145,7 +148,9 @@ fn check_content_kind(input: &Map<String, Value>, params: Option<&Map<String, Va
         msg.push_str(" no field is set");
     } else {
         msg.push_str(" set");
-        for (set, name) in [(has_data, " 'data'"), (has_binary, " 'binary_data_size'"), (has_shm, " 'shared_memory_region'")] {
+        for (set, name) in
+            [(has_data, " 'data'"), (has_binary, " 'binary_data_size'"), (has_shm, " 'shared_memory_region'")]
+        {
             if set {
                 msg.push_str(name);
             }
@@ -244,9 +249,10 @@ fn decode_output(output: &Map<String, Value>) -> Result<(RequestedOutput, bool, 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
     use tritium_actors::{CorrelationId, ErrorKind, SequenceFlags};
+
+    use super::*;
 
     fn decode(doc: Value) -> Result<(InferRequest, OutputPlan)> {
         decode_infer("m", None, doc.to_string().as_bytes(), Bytes::new())
@@ -323,7 +329,8 @@ mod tests {
     #[test]
     fn malformed_binary_bytes_layout_is_caught_by_the_size_check() {
         let doc = json!({"inputs": [{"name": "S", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}}]});
-        let (r, _) = decode_infer("m", None, doc.to_string().as_bytes(), Bytes::from_static(b"\x09\x00\x00\x00hi")).unwrap();
+        let (r, _) =
+            decode_infer("m", None, doc.to_string().as_bytes(), Bytes::from_static(b"\x09\x00\x00\x00hi")).unwrap();
         assert!(r.inputs[0].check_size().is_err());
     }
 
@@ -344,7 +351,11 @@ mod tests {
         let input = |extra: Value| {
             let mut base = json!({"name": "IN", "shape": [1], "datatype": "FP32", "data": [1.0]});
             for (k, v) in extra.as_object().unwrap() {
-                if v.is_null() { base.as_object_mut().unwrap().remove(k); } else { base[k] = v.clone(); }
+                if v.is_null() {
+                    base.as_object_mut().unwrap().remove(k);
+                } else {
+                    base[k] = v.clone();
+                }
             }
             err(json!({"inputs": [base]})).message
         };
@@ -361,7 +372,8 @@ mod tests {
 
     #[test]
     fn refuses_shapes_whose_element_count_overflows() {
-        let e = err(json!({"inputs": [{"name": "IN", "shape": [i64::MAX, i64::MAX, 4], "datatype": "FP32", "data": []}]}));
+        let e =
+            err(json!({"inputs": [{"name": "IN", "shape": [i64::MAX, i64::MAX, 4], "datatype": "FP32", "data": []}]}));
         assert!(e.message.contains("too many elements") && e.message.contains("'IN'"), "{e}");
         let e = err(json!({"inputs": [{"name": "IN", "shape": [4611686018427387904u64, 4], "datatype": "FP64",
                                       "parameters": {"binary_data_size": 0}}]}));

@@ -55,8 +55,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/v2/health/ready").get(handlers::ready).to(method_not_allowed))
         .service(web::resource("/v2/models/stats").get(handlers::all_stats).to(method_not_allowed))
         .service(web::resource("/v2/repository/index").post(handlers::repository_index).to(method_not_allowed))
-        .service(web::resource("/v2/logging").get(observe::get_logging).post(observe::post_logging).to(method_not_allowed))
-        .service(web::resource("/v2/trace/setting").get(observe::get_trace).post(observe::post_trace).to(method_not_allowed))
+        .service(
+            web::resource("/v2/logging").get(observe::get_logging).post(observe::post_logging).to(method_not_allowed),
+        )
+        .service(
+            web::resource("/v2/trace/setting").get(observe::get_trace).post(observe::post_trace).to(method_not_allowed),
+        )
         .service(
             web::resource("/v2/models/{model}/trace/setting")
                 .get(observe::get_model_trace)
@@ -66,15 +70,37 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/v2/repository/models/{model}/load").post(handlers::load).to(method_not_allowed))
         .service(web::resource("/v2/repository/models/{model}/unload").post(handlers::unload).to(method_not_allowed))
         .service(web::resource("/v2/systemsharedmemory/status").get(shm::system_status_all).to(method_not_allowed))
-        .service(web::resource("/v2/systemsharedmemory/region/{name}/status").get(shm::system_status).to(method_not_allowed))
-        .service(web::resource("/v2/systemsharedmemory/region/{name}/register").post(shm::system_register).to(method_not_allowed))
-        .service(web::resource("/v2/systemsharedmemory/unregister").post(shm::system_unregister_all).to(method_not_allowed))
-        .service(web::resource("/v2/systemsharedmemory/region/{name}/unregister").post(shm::system_unregister).to(method_not_allowed))
+        .service(
+            web::resource("/v2/systemsharedmemory/region/{name}/status").get(shm::system_status).to(method_not_allowed),
+        )
+        .service(
+            web::resource("/v2/systemsharedmemory/region/{name}/register")
+                .post(shm::system_register)
+                .to(method_not_allowed),
+        )
+        .service(
+            web::resource("/v2/systemsharedmemory/unregister").post(shm::system_unregister_all).to(method_not_allowed),
+        )
+        .service(
+            web::resource("/v2/systemsharedmemory/region/{name}/unregister")
+                .post(shm::system_unregister)
+                .to(method_not_allowed),
+        )
         .service(web::resource("/v2/cudasharedmemory/status").get(shm::cuda_status_all).to(method_not_allowed))
-        .service(web::resource("/v2/cudasharedmemory/region/{name}/status").get(shm::cuda_status).to(method_not_allowed))
-        .service(web::resource("/v2/cudasharedmemory/region/{name}/register").post(shm::cuda_unavailable).to(method_not_allowed))
+        .service(
+            web::resource("/v2/cudasharedmemory/region/{name}/status").get(shm::cuda_status).to(method_not_allowed),
+        )
+        .service(
+            web::resource("/v2/cudasharedmemory/region/{name}/register")
+                .post(shm::cuda_unavailable)
+                .to(method_not_allowed),
+        )
         .service(web::resource("/v2/cudasharedmemory/unregister").post(shm::cuda_unavailable).to(method_not_allowed))
-        .service(web::resource("/v2/cudasharedmemory/region/{name}/unregister").post(shm::cuda_unavailable).to(method_not_allowed));
+        .service(
+            web::resource("/v2/cudasharedmemory/region/{name}/unregister")
+                .post(shm::cuda_unavailable)
+                .to(method_not_allowed),
+        );
     for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
         cfg.service(web::resource(prefix.to_string()).get(handlers::model_metadata).to(method_not_allowed))
             .service(web::resource(format!("{prefix}/ready")).get(handlers::model_ready).to(method_not_allowed))
@@ -84,7 +110,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// Binds the endpoint; the returned server runs when spawned and stops through its handle.
-pub async fn serve(server: Arc<Server>, addr: SocketAddr, opts: HttpOptions) -> std::io::Result<actix_web::dev::Server> {
+pub async fn serve(
+    server: Arc<Server>,
+    addr: SocketAddr,
+    opts: HttpOptions,
+) -> std::io::Result<actix_web::dev::Server> {
     let state = web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes });
     let srv = HttpServer::new(move || {
         App::new().app_data(state.clone()).configure(routes).default_service(web::to(not_found))

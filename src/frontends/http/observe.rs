@@ -57,7 +57,9 @@ fn trace_json(v: &TraceView) -> Value {
 fn trace_setting(state: &HttpState, model: Option<&str>, body: Option<&[u8]>) -> HttpResult<HttpResponse> {
     let changes: Vec<(String, TraceValue)> = match body {
         None => Vec::new(),
-        Some(b) => settings_object(b, "trace setting")?.iter().map(|(k, v)| (k.clone(), TraceValue::from_json(k, v))).collect(),
+        Some(b) => {
+            settings_object(b, "trace setting")?.iter().map(|(k, v)| (k.clone(), TraceValue::from_json(k, v))).collect()
+        }
     };
     Ok(json_ok(&trace_json(&state.server.trace_settings(model, &changes)?)))
 }
@@ -74,7 +76,11 @@ pub async fn get_model_trace(state: web::Data<HttpState>, model: web::Path<Strin
     trace_setting(&state, Some(&model), None)
 }
 
-pub async fn post_model_trace(state: web::Data<HttpState>, model: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn post_model_trace(
+    state: web::Data<HttpState>,
+    model: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResult<HttpResponse> {
     trace_setting(&state, Some(&model), Some(&body))
 }
 
@@ -92,7 +98,10 @@ impl MessageBody for TracedBody {
         self.inner.size()
     }
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<std::result::Result<Bytes, Self::Error>>> {
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<Bytes, Self::Error>>> {
         Pin::new(&mut self.inner).poll_next(cx)
     }
 }

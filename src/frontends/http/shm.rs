@@ -35,7 +35,9 @@ pub async fn system_register(name: web::Path<String>, body: web::Bytes) -> HttpR
         .ok_or_else(|| Error::invalid("Unable to parse 'key': expected a string"))?;
     let uint = |field: &str, default: Option<u64>| -> tritium_actors::Result<u64> {
         match request.get(field) {
-            Some(v) => v.as_u64().ok_or_else(|| Error::invalid(format!("Unable to parse '{field}': expected an unsigned integer"))),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| Error::invalid(format!("Unable to parse '{field}': expected an unsigned integer"))),
             None => default.ok_or_else(|| Error::invalid(format!("Unable to parse '{field}': the field is missing"))),
         }
     };

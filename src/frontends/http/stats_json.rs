@@ -48,6 +48,9 @@ pub fn model_stats_json(m: &ModelStatistics) -> Value {
 
 /// The whole answer: `{"model_stats": [...]}`, sorted by name then version.
 pub fn stats_json(mut models: Vec<ModelStatistics>) -> Value {
-    models.sort_by(|a, b| (a.name.as_str(), a.version.parse::<i64>().unwrap_or(0)).cmp(&(b.name.as_str(), b.version.parse::<i64>().unwrap_or(0))));
+    models.sort_by(|a, b| {
+        (a.name.as_str(), a.version.parse::<i64>().unwrap_or(0))
+            .cmp(&(b.name.as_str(), b.version.parse::<i64>().unwrap_or(0)))
+    });
     json!({ "model_stats": models.iter().map(model_stats_json).collect::<Vec<_>>() })
 }

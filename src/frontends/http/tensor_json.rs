@@ -56,9 +56,9 @@ pub fn data_from_json(name: &str, datatype: DataType, elements: usize, data: &Va
         ))
     };
     let capacity = match datatype.element_size() {
-        Some(size) => elements.checked_mul(size).ok_or_else(|| {
-            Error::invalid(format!("input '{name}' has too many elements"))
-        })?,
+        Some(size) => {
+            elements.checked_mul(size).ok_or_else(|| Error::invalid(format!("input '{name}' has too many elements")))?
+        }
         None => 0,
     };
     let mut out: Vec<u8> = Vec::with_capacity(capacity);
@@ -120,12 +120,8 @@ impl<'a> DataJson<'a> {
     /// Checks that `tensor`'s data fits its shape and, for BYTES, that every element is UTF-8
     /// (JSON strings cannot carry other bytes: such outputs must be requested as binary).
     pub fn new(tensor: &'a Tensor, model: &str) -> Result<Self> {
-        let mismatch = || {
-            Error::internal(format!(
-                "output tensor shape does not match size of output for '{}'",
-                tensor.name
-            ))
-        };
+        let mismatch =
+            || Error::internal(format!("output tensor shape does not match size of output for '{}'", tensor.name));
         let elements = tensor.element_count().map_err(|_| mismatch())?;
         let ranges = match tensor.datatype.element_size() {
             Some(size) => {
@@ -196,9 +192,10 @@ impl Serialize for DataJson<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
     use tritium_actors::tensor::serialize_bytes;
+
+    use super::*;
 
     fn round_trip(dt: DataType, shape: Vec<i64>, data: Value) -> Value {
         let n = tritium_actors::tensor::element_count(&shape).unwrap();
@@ -225,7 +222,8 @@ mod tests {
             (DataType::F64, json!([[0.1, -2.0], [1.0e300, 5e-324]])),
         ];
         for (dt, nested) in cases {
-            let flat: Vec<Value> = nested.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().clone()).collect();
+            let flat: Vec<Value> =
+                nested.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().clone()).collect();
             assert_eq!(round_trip(dt, vec![2, 2], nested.clone()), Value::Array(flat.clone()), "{dt}");
             assert_eq!(round_trip(dt, vec![2, 2], Value::Array(flat.clone())), Value::Array(flat), "{dt} flat");
         }

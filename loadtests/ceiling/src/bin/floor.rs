@@ -43,7 +43,9 @@ fn config() -> Value {
 }
 
 async fn server_metadata() -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(json!({ "name": "floor", "version": "0", "extensions": [] }).to_string())
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(json!({ "name": "floor", "version": "0", "extensions": [] }).to_string())
 }
 
 async fn model_get(path: web::Path<String>) -> HttpResponse {
@@ -81,7 +83,9 @@ fn inputs(header: &Value, binary: &[u8]) -> Result<(usize, Vec<f32>, Vec<f32>), 
             }
             None => {
                 let data = t["data"].as_array().ok_or("an input has neither data nor binary_data_size")?;
-                data.iter().map(|v| v.as_f64().map(|x| x as f32).ok_or("data must be numbers")).collect::<Result<_, _>>()?
+                data.iter()
+                    .map(|v| v.as_f64().map(|x| x as f32).ok_or("data must be numbers"))
+                    .collect::<Result<_, _>>()?
             }
         };
         batch = t["shape"][0].as_u64().unwrap_or(1) as usize;
