@@ -21,6 +21,7 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The protocol extensions this build serves, as `GET /v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "model_repository",
     "system_shared_memory",
     "model_repository(unload_dependents)",

@@ -24,7 +24,7 @@ def test_server_metadata_names_the_extensions(server):
     meta = server.client.get_server_metadata()
     assert meta["name"]
     assert meta["version"]
-    for ext in ("binary_tensor_data", "classification", "model_repository", "statistics",
+    for ext in ("binary_tensor_data", "classification", "sequence", "model_repository", "statistics",
                 "model_configuration", "parameters"):
         assert ext in meta["extensions"], ext
 
