@@ -51,10 +51,12 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
             }
             match batch {
                 None => batch = Some(b),
-                Some(prev) if prev != b => return Err(Error::invalid(format!(
+                Some(prev) if prev != b => {
+                    return Err(Error::invalid(format!(
                     "input '{}' has batch size {b} but an earlier input of the request to model '{model}' has {prev}",
                     tensor.name
-                ))),
+                )))
+                }
                 _ => {}
             }
             rest

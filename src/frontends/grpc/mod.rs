@@ -6,6 +6,7 @@
 
 mod error;
 mod health;
+mod lanes;
 mod serve;
 mod stream;
 mod tensors;

@@ -1,9 +1,13 @@
-//! `ModelStreamInfer`: many requests on one bidirectional stream, each answered (out of order,
-//! matched by `id`) as soon as it is done. A failed request answers with `error_message` and
-//! the stream lives on. Flow control: at most `MAX_IN_FLIGHT` requests of a stream are in the
-//! engine at once, and answers wait in a bounded buffer, so a client that stops reading stops
-//! the server from taking more of its requests instead of making it buffer without bound.
-//! A closed stream drops its queued requests (the engine sees their replies closed).
+//! `ModelStreamInfer`: many requests on one bidirectional stream, each answered (matched by `id`)
+//! as soon as it is done, with one rule of order: the answers of one sequence (one model's
+//! correlation ID) are written in the order its requests arrived, which is the order the engine
+//! runs them, and all responses of one decoupled request in the order the engine produced them.
+//! Requests of different sequences, and requests outside any sequence, never wait for each other.
+//! A failed request answers with `error_message` and the stream lives on. Flow control: at most
+//! `MAX_IN_FLIGHT` requests of a stream are in the engine at once, and answers wait in a bounded
+//! buffer, so a client that stops reading stops the server from taking more of its requests
+//! instead of making it buffer without bound. A closed stream drops its queued requests (the
+//! engine sees their replies closed).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,6 +18,7 @@ use tonic::{Status, Streaming};
 use tracing::Instrument as _;
 use tritium_actors::{ParamValue, Reply};
 
+use super::lanes::{Lanes, Turn};
 use super::tensors::{decode, encode, Decoded};
 use crate::frontends::request_log::request_span;
 use crate::observe::trace::ActiveTrace;
@@ -35,6 +40,7 @@ pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) ->
     let (out_tx, out_rx) = mpsc::channel::<Result<ModelStreamInferResponse, Status>>(OUT_BUFFER);
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let lanes = Lanes::default();
         loop {
             let permit = tokio::select! {
                 p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
@@ -53,17 +59,38 @@ pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) ->
                 }
             };
             // Submitted here, in arrival order, so a sequence's requests reach the engine in the
-            // order the client sent them; the answers are awaited concurrently.
-            if let Some(mut running) = submit(&server, request, &out_tx).await {
-                let out = out_tx.clone();
-                let span = running.span.take().unwrap_or_else(tracing::Span::none);
-                tokio::spawn(
-                    async move {
-                        forward(running, &out).await;
+            // order the client sent them; the answers are awaited concurrently, and a sequence's
+            // turn in its lane (taken here, in the same order) keeps its answers in that order.
+            match submit(&server, request, &lanes) {
+                (Outcome::Failed(message), None) => {
+                    // Outside any sequence: nothing to keep in order, answered at once.
+                    let _ = out_tx.send(Ok(error_response(message))).await;
+                }
+                (mut outcome, mut turn) => {
+                    let out = out_tx.clone();
+                    let span = match &mut outcome {
+                        Outcome::Running(running) => running.span.take(),
+                        Outcome::Failed(_) => None,
+                    };
+                    let task = async move {
+                        if let Some(turn) = &mut turn {
+                            tokio::select! {
+                                _ = turn.wait() => {}
+                                _ = out.closed() => return,
+                            }
+                        }
+                        match outcome {
+                            Outcome::Running(running) => forward(running, &out).await,
+                            Outcome::Failed(message) => {
+                                let _ = out.send(Ok(error_response(message))).await;
+                            }
+                        }
+                        // The next turn of the sequence goes only after this one's last answer.
+                        drop(turn);
                         drop(permit);
-                    }
-                    .instrument(span),
-                );
+                    };
+                    tokio::spawn(task.instrument(span.unwrap_or_else(tracing::Span::none)));
+                }
             }
         }
     });
@@ -82,12 +109,17 @@ struct Running {
     trace: Option<(ActiveTrace, String)>,
 }
 
-/// Decodes and queues one request; a request that fails here is answered on the stream.
-async fn submit(
-    server: &Server,
-    request: ModelInferRequest,
-    out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
-) -> Option<Running> {
+/// What became of a request read off the stream.
+enum Outcome {
+    /// In the engine; its answers are to come.
+    Running(Running),
+    /// Refused before it reached the engine, with this message.
+    Failed(String),
+}
+
+/// Decodes and queues one request. A request of a sequence also takes its turn in the
+/// sequence's lane, whether the engine took it or not, so even its error keeps its place.
+fn submit(server: &Server, request: ModelInferRequest, lanes: &Lanes) -> (Outcome, Option<Turn>) {
     let read = std::time::Instant::now();
     let trace = crate::observe::trace::manager().sample(&request.model_name);
     if let Some(t) = &trace {
@@ -96,11 +128,9 @@ async fn submit(
     }
     let Decoded { mut request, shm_outputs } = match decode(request) {
         Ok(d) => d,
-        Err(e) => {
-            let _ = out.send(Ok(error_response(e.message))).await;
-            return None;
-        }
+        Err(e) => return (Outcome::Failed(e.message), None),
     };
+    let turn = request.sequence.as_ref().map(|s| lanes.take(&request.model, &s.id));
     let empty_final =
         matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
     let requested = request.outputs.clone();
@@ -112,14 +142,16 @@ async fn submit(
         (t, request.id.clone())
     });
     let (tx, rx) = mpsc::unbounded_channel();
-    match server.submit(request, Reply::Stream(tx)) {
-        Ok(model) => Some(Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace }),
+    let outcome = match server.submit(request, Reply::Stream(tx)) {
+        Ok(model) => {
+            Outcome::Running(Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace })
+        }
         Err(e) => {
             span.in_scope(|| tracing::debug!("gRPC stream infer request failed: {}", e.message));
-            let _ = out.send(Ok(error_response(e.message))).await;
-            None
+            Outcome::Failed(e.message)
         }
-    }
+    };
+    (outcome, turn)
 }
 
 async fn forward(mut running: Running, out: &mpsc::Sender<Result<ModelStreamInferResponse, Status>>) {
