@@ -291,6 +291,10 @@ def test_cuda_shared_memory_is_a_clear_error_without_a_gpu(client):
     with pytest.raises(InferenceServerException) as info:
         client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64)
     assert "CUDA shared memory is not available" in info.value.message()
+    # As Triton without a GPU: unregistering all, or a name never registered, succeeds.
+    client.unregister_cuda_shared_memory()
+    client.unregister_cuda_shared_memory("never_registered")
+    assert len(client.get_cuda_shared_memory_status().regions) == 0
 
 
 def test_grpc_health_service(server):

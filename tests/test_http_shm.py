@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
@@ -104,3 +105,13 @@ def test_cuda_shared_memory_without_a_gpu(server):
     assert server.client.get_cuda_shared_memory_status() == []
     r = server.post("/v2/cudasharedmemory/region/g/register", {"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8})
     assert r.status_code == 501 and "CUDA shared memory is not available" in error_text(r)
+    # As Triton without a GPU: unregistering all, or a name never registered, succeeds (Triton's
+    # shared-memory examples begin this way), and the status still lists nothing.
+    server.client.unregister_cuda_shared_memory()
+    server.client.unregister_cuda_shared_memory("never_registered")
+    for path in ("/v2/cudasharedmemory/unregister", "/v2/cudasharedmemory/region/g/unregister"):
+        r = server.post(path, None)
+        assert r.status_code == 200, (path, r.text)
+    assert server.client.get_cuda_shared_memory_status() == []
+    r = requests.get(f"{server.base}/v2/cudasharedmemory/region/g/status")
+    assert r.status_code == 404 and error_text(r) == "Unable to find cuda shared memory region: 'g'"

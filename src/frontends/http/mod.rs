@@ -95,10 +95,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .post(shm::cuda_unavailable)
                 .to(method_not_allowed),
         )
-        .service(web::resource("/v2/cudasharedmemory/unregister").post(shm::cuda_unavailable).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/unregister").post(shm::cuda_unregister).to(method_not_allowed))
         .service(
             web::resource("/v2/cudasharedmemory/region/{name}/unregister")
-                .post(shm::cuda_unavailable)
+                .post(shm::cuda_unregister)
                 .to(method_not_allowed),
         );
     for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {

@@ -1,6 +1,7 @@
 //! The shared-memory extensions over HTTP: `/v2/systemsharedmemory/...` (register, status,
-//! unregister; the same registry gRPC uses) and `/v2/cudasharedmemory/...` (status is empty,
-//! registering is a clear error: this server runs without a GPU).
+//! unregister; the same registry gRPC uses) and `/v2/cudasharedmemory/...`: as Triton answers
+//! on a machine without a GPU, status lists nothing and unregistering (all, or any name)
+//! succeeds, since nothing can be registered; registering is a clear error.
 
 use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
@@ -63,6 +64,11 @@ pub async fn cuda_status_all() -> HttpResult<HttpResponse> {
 
 pub async fn cuda_status(name: web::Path<String>) -> HttpResult<HttpResponse> {
     Err(Error::not_found(format!("Unable to find cuda shared memory region: '{name}'")).into())
+}
+
+/// Nothing is ever registered without a GPU, so there is nothing to remove: success, as Triton.
+pub async fn cuda_unregister() -> HttpResult<HttpResponse> {
+    Ok(ok_empty())
 }
 
 pub async fn cuda_unavailable() -> HttpResult<HttpResponse> {
