@@ -7,6 +7,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
@@ -328,3 +329,29 @@ def test_onnx_session_config_entries_pass_through(start_server, repo_copy):
     assert out.shape == (2, 256) and np.isfinite(out).all()
     cfg = srv.client.get_model_config("mlp")
     assert cfg["parameters"]["session.intra_op.allow_spinning"] == {"string_value": "0"}
+
+
+def test_bytes_elements_with_nul_and_non_utf8_bytes_pass_through_onnx(server):
+    """ONNX string tensors carry each element with its length: `"he\\x00llo"` (Triton's string
+    examples send it), a lone NUL, an empty element and bytes that are not UTF-8 come back from
+    `identity_bytes` unchanged, over HTTP (binary) and gRPC."""
+    elements = [b"he\x00llo", b"\x00", b"", b"\xff\xfe\x00 raw", b"plain"]
+    data = np.array([elements], dtype=np.object_)
+    inp = httpclient.InferInput("INPUT0", [1, len(elements)], "BYTES")
+    inp.set_data_from_numpy(data, binary_data=True)
+    res = server.client.infer("identity_bytes", [inp],
+                              outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)])
+    assert list(res.as_numpy("OUTPUT0").ravel()) == elements
+    # JSON carries strings: NUL is a valid character there too.
+    inp = httpclient.InferInput("INPUT0", [1, 2], "BYTES")
+    inp.set_data_from_numpy(np.array([["he\x00llo", "x"]], dtype=np.object_), binary_data=False)
+    res = server.client.infer("identity_bytes", [inp],
+                              outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+    assert res.get_output("OUTPUT0")["data"] == ["he\x00llo", "x"]
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    ginp = grpcclient.InferInput("INPUT0", [1, len(elements)], "BYTES")
+    ginp.set_data_from_numpy(data)
+    res = client.infer("identity_bytes", [ginp])
+    assert list(res.as_numpy("OUTPUT0").ravel()) == elements
+    client.close()

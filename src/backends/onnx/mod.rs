@@ -2,14 +2,16 @@
 //! the `onnxruntime` wheel (`scripts/setup.sh`), loaded once per process. Each instance owns
 //! its own `Session` on its own thread.
 
+mod strings;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 use ort::environment::Environment;
 use ort::session::{RunOptions, Session, SessionOutputs};
-use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, Utf8Data, ValueType};
-use tritium_actors::tensor::{element_count, serialize_bytes};
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+use tritium_actors::tensor::element_count;
 use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
 
 /// The process's one ONNX Runtime environment; sessions need it alive.
@@ -160,17 +162,6 @@ struct OnnxBackend {
     inputs: Vec<OnnxIo>,
 }
 
-/// A BYTES element handed to ONNX Runtime as a string without a UTF-8 check (ONNX strings are
-/// byte strings in the C API).
-#[derive(Clone)]
-struct RawString(Bytes);
-
-impl Utf8Data for RawString {
-    fn as_utf8_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 /// Copies little-endian elements into a typed vector (the data may be unaligned).
 fn le_vec<T: Copy + Default>(data: &[u8]) -> Vec<T> {
     let n = data.len() / std::mem::size_of::<T>();
@@ -217,10 +208,7 @@ fn to_ort(tensor: &Tensor) -> Result<DynValue> {
         DataType::BF16 => numeric_value!(shape, data, half::bf16),
         DataType::F32 => numeric_value!(shape, data, f32),
         DataType::F64 => numeric_value!(shape, data, f64),
-        DataType::Bytes => {
-            let items: Vec<RawString> = tensor.bytes_elements()?.into_iter().map(RawString).collect();
-            OrtTensor::<String>::from_string_array((shape, &items[..])).map(|t| t.into_dyn())
-        }
+        DataType::Bytes => strings::to_ort(shape, &tensor.bytes_elements()?),
     };
     value.map_err(|e| Error::invalid(format!("input '{}': {e}", tensor.name)))
 }
@@ -258,12 +246,7 @@ fn from_ort(model: &str, name: &str, value: &DynValue) -> Result<Tensor> {
         DataType::F32 => numeric_output!(value, f32),
         DataType::F64 => numeric_output!(value, f64),
         DataType::Bytes => {
-            let (shape, strings) = value.try_extract_strings().map_err(|e| {
-                Error::internal(format!(
-                    "model '{model}': output '{name}' is not valid UTF-8 ({e}); Tritium returns ONNX strings as UTF-8"
-                ))
-            })?;
-            (shape.to_vec(), serialize_bytes(strings.iter().map(|s| s.as_bytes())))
+            strings::from_ort(value).map_err(|e| Error::internal(format!("model '{model}': output '{name}': {e}")))?
         }
     };
     Ok(Tensor::new(name, datatype, shape, data))
@@ -382,5 +365,26 @@ mod tests {
         let bad = vec![Tensor::new(inputs[0].name.clone(), DataType::I32, shape.clone(), le_bytes(&vec![0i32; n]))];
         let err = backend.execute(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None }).unwrap_err();
         assert!(err.to_string().contains("datatype"), "{err}");
+    }
+
+    #[test]
+    fn bytes_elements_travel_with_their_lengths_nul_and_non_utf8_included() {
+        let Some(lib) = library() else {
+            eprintln!("skipped: run scripts/setup.sh for ONNX Runtime");
+            return;
+        };
+        init_runtime(&lib).unwrap();
+        let elements: Vec<Bytes> = [&b"he\0llo"[..], b"", b"\xff\xfe not utf-8", b"\0", b"plain"]
+            .iter()
+            .map(|e| Bytes::copy_from_slice(e))
+            .collect();
+        let value = strings::to_ort(vec![5], &elements).unwrap();
+        let (shape, data) = strings::from_ort(&value).unwrap();
+        assert_eq!(shape, vec![5]);
+        let back = Tensor::new("s", DataType::Bytes, shape, data).bytes_elements().unwrap();
+        assert_eq!(back, elements);
+        // An empty tensor too.
+        let (shape, data) = strings::from_ort(&strings::to_ort(vec![0, 3], &[]).unwrap()).unwrap();
+        assert_eq!((shape, data.len()), (vec![0, 3], 0));
     }
 }
