@@ -5,7 +5,8 @@
 #   - the ONNX Runtime shared library that the `ort` crate loads, which onnxruntime's wheel carries
 #     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;
 #   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones,
-#     model_repository/fetch_models.py fetches the real ones, e.g. Silero VAD, from PyPI).
+#     model_repository/fetch_models.py fetches the real ones, e.g. Silero VAD, from PyPI), and
+#     those of the repository for Triton's client examples (examples/triton_client_models/).
 # Idempotent and quiet: when everything is in place it only checks, in well under a second.
 # PYTHON picks the interpreter (default python3.11).
 set -euo pipefail
@@ -37,3 +38,4 @@ fi
 
 "$VENV/bin/python" "$REPO/model_repository/generate.py"
 "$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
+"$VENV/bin/python" "$REPO/examples/triton_client_models/generate.py"
