@@ -16,36 +16,81 @@ fn fmt_shape(s: &[i64]) -> String {
     format!("[{}]", parts.join(","))
 }
 
+/// Triton's prefix of a request's own errors: `[request id: <id>] `, `<id_unknown>` without one.
+pub fn request_tag(id: &str) -> String {
+    format!("[request id: {}] ", if id.is_empty() { "<id_unknown>" } else { id })
+}
+
+/// Names as Triton lists them in its input-count error: `['A','B']`.
+fn fmt_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let quoted: Vec<String> = names.map(|n| format!("'{n}'")).collect();
+    format!("[{}]", quoted.join(","))
+}
+
+/// Triton's text when a request has fewer inputs than the model requires or more than it has.
+fn input_count_error(policy: &ModelPolicy, request: &InferRequest, tag: &str) -> Error {
+    let required = policy.inputs.iter().filter(|i| !i.optional).count();
+    let given = request.inputs.len();
+    let got = fmt_names(request.inputs.iter().map(|t| t.name.as_str()));
+    let missing = fmt_names(
+        policy
+            .inputs
+            .iter()
+            .filter(|i| !i.optional && request.inputs.iter().all(|t| t.name != i.name))
+            .map(|i| i.name.as_str()),
+    );
+    let expected = if required == policy.inputs.len() {
+        format!("expected {required} inputs")
+    } else {
+        format!("expected number of inputs between {required} and {}", policy.inputs.len())
+    };
+    Error::invalid(format!(
+        "{tag}{expected} but got {given} inputs for model '{}'. Got input(s) {got}, but missing required input(s) {missing}. Please provide all required input(s).",
+        policy.name
+    ))
+}
+
+/// What Triton adds to a shape error of a model that batches.
+const BATCH_DIM_NOTE: &str = " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.";
+
 /// Validates `request` against `policy` and applies `reshape`. Returns an `InvalidArgument`
 /// error naming the model and the tensor on the first problem found.
 pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Result<()> {
     let model = &policy.name;
+    let tag = request_tag(&request.id);
     let mut seen = HashSet::new();
+    for tensor in &request.inputs {
+        if !seen.insert(tensor.name.clone()) {
+            return Err(Error::invalid(format!("{tag}input '{}' already exists in request", tensor.name)));
+        }
+    }
+    // Triton counts the inputs before it looks at any of them.
+    let required = policy.inputs.iter().filter(|i| !i.optional).count();
+    if request.inputs.len() < required || request.inputs.len() > policy.inputs.len() {
+        return Err(input_count_error(policy, request, &tag));
+    }
     let mut batch: Option<i64> = None;
     for tensor in &mut request.inputs {
-        if !seen.insert(tensor.name.clone()) {
-            return Err(Error::invalid(format!("input '{}' already exists in request", tensor.name)));
-        }
         let spec: &IoSpec = policy.input(&tensor.name).ok_or_else(|| {
             Error::invalid(format!("unexpected inference input '{}' for model '{model}'", tensor.name))
         })?;
         if tensor.datatype != spec.datatype {
             return Err(Error::invalid(format!(
-                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+                "{tag}inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
                 tensor.name, tensor.datatype, spec.datatype
             )));
         }
         let body: &[i64] = if policy.batches() && !spec.is_shape_tensor {
             let Some((&b, rest)) = tensor.shape.split_first() else {
                 return Err(Error::invalid(format!(
-                    "input '{}' for model '{model}' has no batch dimension; expected shape {}",
+                    "{tag}unexpected shape for input '{}' for model '{model}'. Expected {}, got []. The model batches: give the batch size as the first dimension",
                     tensor.name,
                     fmt_shape(&[&[-1], spec.dims.as_slice()].concat())
                 )));
             };
             if b < 1 || b as u64 > policy.max_batch_size as u64 {
                 return Err(Error::invalid(format!(
-                    "inference request batch-size must be <= {} for '{model}', got {b} for input '{}'",
+                    "{tag}inference request batch-size must be <= {} for '{model}', got {b} for input '{}'",
                     policy.max_batch_size, tensor.name
                 )));
             }
@@ -53,7 +98,7 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
                 None => batch = Some(b),
                 Some(prev) if prev != b => {
                     return Err(Error::invalid(format!(
-                    "input '{}' has batch size {b} but an earlier input of the request to model '{model}' has {prev}",
+                    "{tag}input '{}' has batch size {b} but an earlier input of the request to model '{model}' has {prev}",
                     tensor.name
                 )))
                 }
@@ -65,19 +110,19 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
         };
         if body.iter().any(|&d| d < 0) {
             return Err(Error::invalid(format!(
-                "input '{}' for model '{model}' has a negative dimension in shape {}",
+                "{tag}input '{}' for model '{model}' has a negative dimension in shape {}",
                 tensor.name,
                 fmt_shape(&tensor.shape)
             )));
         }
         if !dims_match(&spec.dims, body) {
-            let expected = if policy.batches() && !spec.is_shape_tensor {
-                fmt_shape(&[&[-1], spec.dims.as_slice()].concat())
+            let (expected, note) = if policy.batches() && !spec.is_shape_tensor {
+                (fmt_shape(&[&[-1], spec.dims.as_slice()].concat()), BATCH_DIM_NOTE)
             } else {
-                fmt_shape(&spec.dims)
+                (fmt_shape(&spec.dims), "")
             };
             return Err(Error::invalid(format!(
-                "unexpected shape for input '{}' for model '{model}'. Expected {expected}, got {}",
+                "{tag}unexpected shape for input '{}' for model '{model}'. Expected {expected}, got {}.{note}",
                 tensor.name,
                 fmt_shape(&tensor.shape)
             )));
@@ -90,7 +135,7 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
                 })?;
                 if tensor.data.len() != want {
                     return Err(Error::invalid(format!(
-                        "input byte size mismatch for input '{}' for model '{model}'. Expected {want}, got {}",
+                        "{tag}input byte size mismatch for input '{}' for model '{model}'. Expected {want}, got {}",
                         tensor.name,
                         tensor.data.len()
                     )));
@@ -112,16 +157,9 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
             tensor.shape = shape;
         }
     }
-    for spec in &policy.inputs {
-        if !spec.optional && !seen.contains(&spec.name) {
-            return Err(Error::invalid(format!(
-                "expected {} inputs but got {} inputs for model '{model}'. Got input(s) {:?}, but missing required input(s) ['{}']",
-                policy.inputs.iter().filter(|i| !i.optional).count(),
-                request.inputs.len(),
-                request.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
-                spec.name
-            )));
-        }
+    // With optional inputs the count can be right while a required one is missing.
+    if policy.inputs.iter().any(|spec| !spec.optional && !seen.contains(&spec.name)) {
+        return Err(input_count_error(policy, request, &tag));
     }
     let mut wanted = HashSet::new();
     for out in &request.outputs {
@@ -207,6 +245,41 @@ mod tests {
         r.outputs.push(RequestedOutput { name: "NOPE".into(), class_count: 0 });
         let e = validate_request(&policy(0), &mut r).unwrap_err();
         assert!(e.message.contains("unexpected inference output 'NOPE'"), "{e}");
+    }
+
+    #[test]
+    fn request_errors_begin_with_tritons_request_tag() {
+        let e = validate_request(&policy(4), &mut req(vec![f32s("IN", vec![5, 1, 2])])).unwrap_err();
+        assert!(
+            e.message.starts_with("[request id: <id_unknown>] inference request batch-size must be <= 4 for 'm'"),
+            "{e}"
+        );
+        let mut r = req(vec![f32s("IN", vec![1, 3])]);
+        r.id = "r7".into();
+        let e = validate_request(&policy(0), &mut r).unwrap_err();
+        assert_eq!(
+            e.message,
+            "[request id: r7] unexpected shape for input 'IN' for model 'm'. Expected [-1,2], got [1,3]."
+        );
+        let e = validate_request(&policy(4), &mut req(vec![f32s("IN", vec![1, 3])])).unwrap_err();
+        assert!(e.message.ends_with("got [1,3]. NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."), "{e}");
+    }
+
+    #[test]
+    fn input_count_errors_are_tritons() {
+        let mut p = policy(0);
+        p.inputs.push(IoSpec::new("IN2", DataType::F32, vec![-1, 2]));
+        let e = validate_request(&p, &mut req(vec![])).unwrap_err();
+        assert_eq!(
+            e.message,
+            "[request id: <id_unknown>] expected 2 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing required input(s) ['IN','IN2']. Please provide all required input(s)."
+        );
+        let three = vec![f32s("IN", vec![1, 2]), f32s("IN2", vec![1, 2]), f32s("X", vec![1, 2])];
+        let e = validate_request(&p, &mut req(three)).unwrap_err();
+        assert!(e.message.starts_with("[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'm'. Got input(s) ['IN','IN2','X']"), "{e}");
+        p.inputs[1].optional = true;
+        let e = validate_request(&p, &mut req(vec![f32s("IN2", vec![1, 2])])).unwrap_err();
+        assert!(e.message.starts_with("[request id: <id_unknown>] expected number of inputs between 1 and 2 but got 1 inputs for model 'm'. Got input(s) ['IN2'], but missing required input(s) ['IN']"), "{e}");
     }
 
     #[test]
