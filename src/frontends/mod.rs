@@ -6,3 +6,4 @@ pub mod grpc;
 pub mod http;
 pub mod params;
 pub mod request_log;
+pub mod version;

@@ -24,16 +24,7 @@ pub struct Decoded {
     pub shm_outputs: HashMap<String, Placement>,
 }
 
-/// `""` = the latest version.
-pub fn parse_version(version: &str) -> Result<Option<i64>> {
-    if version.is_empty() {
-        return Ok(None);
-    }
-    version
-        .parse::<i64>()
-        .map(Some)
-        .map_err(|_| Error::invalid(format!("failed to parse model version '{version}': a version is an integer")))
-}
+pub use crate::frontends::version::parse_version;
 
 fn param_value(p: &InferParameter) -> Option<ParamValue> {
     Some(match p.parameter_choice.as_ref()? {
@@ -338,7 +329,7 @@ mod tests {
     fn bad_datatype_version_and_mixed_contents_are_refused() {
         let bad = |req: ModelInferRequest| decode(req).unwrap_err().message;
         assert!(bad(ModelInferRequest { model_name: "m".into(), model_version: "x".into(), ..Default::default() })
-            .contains("failed to parse model version"));
+            .contains("failed to get model version from specified version string 'x'"));
         assert!(bad(ModelInferRequest {
             model_name: "m".into(),
             inputs: vec![input("A", "FLOAT", vec![1], None)],
