@@ -80,6 +80,10 @@ pub struct LoadedModel {
     pub composing: Vec<(String, Option<i64>)>,
     /// For an ensemble: each step's latency.
     pub steps: Option<Arc<crate::ensemble::StepFigures>>,
+    /// The temporary folder of a model loaded from files sent in the load request: kept while
+    /// a version loaded from it is held, removed after (only its `Drop` is used).
+    #[allow(dead_code)]
+    pub files: Option<Arc<tempfile::TempDir>>,
 }
 
 impl LoadedModel {
@@ -231,8 +235,14 @@ impl Server {
         self.repository.index(ready_only)
     }
 
-    pub async fn load_model(&self, name: &str, config_json: Option<String>) -> Result<()> {
-        self.repository.api_load(name, config_json).await
+    /// Loads a model; `files` are Triton's `file:<path>` parameters (name, content).
+    pub async fn load_model(
+        &self,
+        name: &str,
+        config_json: Option<String>,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<()> {
+        self.repository.api_load(name, config_json, files).await
     }
 
     pub async fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<()> {

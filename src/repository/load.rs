@@ -12,6 +12,45 @@ use super::scan::{select_versions, versions_on_disk, ModelDir};
 use crate::backends::{self, BackendEnv};
 use crate::config::{self, ModelConfig};
 
+/// Where a load failed, which decides Triton's text for it: reading the model's folder and
+/// config ("poll", 500) or completing, checking and starting its versions ("load", 400).
+#[derive(Debug)]
+pub enum Stage {
+    Poll,
+    Load(Option<i64>),
+}
+
+/// A failed load: its stage, and the cause (also the index's reason).
+#[derive(Debug)]
+pub struct LoadFailure {
+    pub stage: Stage,
+    pub cause: Error,
+}
+
+impl LoadFailure {
+    pub fn poll(cause: Error) -> Self {
+        LoadFailure { stage: Stage::Poll, cause }
+    }
+
+    pub fn load(version: Option<i64>, cause: Error) -> Self {
+        LoadFailure { stage: Stage::Load(version), cause }
+    }
+
+    /// The answer to the load request: Triton's text, then the cause.
+    pub fn into_error(self, model: &str) -> Error {
+        let cause = self.cause.message;
+        match self.stage {
+            Stage::Poll => {
+                Error::internal(format!("failed to load '{model}', failed to poll from model repository: {cause}"))
+            }
+            Stage::Load(Some(v)) => Error::invalid(format!(
+                "load failed for model '{model}': version {v} is at UNAVAILABLE state: {cause};"
+            )),
+            Stage::Load(None) => Error::invalid(format!("load failed for model '{model}': {cause}")),
+        }
+    }
+}
+
 /// Everything needed to start a model's versions.
 pub struct Prepared {
     pub config: ModelConfig,
@@ -72,20 +111,34 @@ pub fn prepare(
     strict: bool,
     env: &BackendEnv,
     router: Arc<super::Router>,
-) -> Result<Prepared> {
-    let mut config = read_config(dir, override_json, strict)?;
+) -> Result<Prepared, LoadFailure> {
+    let mut config = read_config(dir, override_json, strict).map_err(LoadFailure::poll)?;
     if config.name.is_empty() {
         config.name = dir.name.clone();
     } else if config.name != dir.name {
-        return Err(Error::invalid(format!(
+        return Err(LoadFailure::poll(Error::invalid(format!(
             "model name '{}' in the configuration of {} does not match its folder name '{}'",
             config.name,
             dir.path.display(),
             dir.name
-        )));
+        ))));
     }
     let on_disk = versions_on_disk(&dir.path);
-    let versions = select_versions(&dir.name, config.version_policy.as_ref(), &on_disk)?;
+    let versions =
+        select_versions(&dir.name, config.version_policy.as_ref(), &on_disk).map_err(|e| LoadFailure::load(None, e))?;
+    let latest = *versions.last().expect("select_versions returns at least one");
+    prepare_versions(dir, config, versions, strict, env, router).map_err(|e| LoadFailure::load(Some(latest), e))
+}
+
+/// Completes and checks the config, then builds each selected version's policy and factory.
+fn prepare_versions(
+    dir: &ModelDir,
+    mut config: ModelConfig,
+    versions: Vec<i64>,
+    strict: bool,
+    env: &BackendEnv,
+    router: Arc<super::Router>,
+) -> Result<Prepared> {
     if !strict {
         let latest = *versions.last().expect("select_versions returns at least one");
         backends::autocomplete(&mut config, &dir.path, latest, env)?;

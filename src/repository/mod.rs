@@ -4,6 +4,7 @@
 //! new version beside the old one, which serves until the new one is ready, then drains.
 
 pub mod load;
+pub mod overrides;
 pub mod router;
 pub mod scan;
 
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 use actix::ArbiterHandle;
 use dashmap::DashMap;
+use load::LoadFailure;
 use parking_lot::Mutex;
 pub use router::Router;
 use scan::{fingerprint, scan, ModelDir};
@@ -138,7 +140,7 @@ impl RepositoryManager {
             _ => found.keys().cloned().collect(),
         };
         let loads = names.iter().map(|n| async move {
-            if let Err(e) = self.load(n, None).await {
+            if let Err(e) = self.load(n, None, Vec::new()).await {
                 tracing::error!("failed to load '{n}': {e}");
             }
         });
@@ -147,9 +149,9 @@ impl RepositoryManager {
     }
 
     /// The repository API's load, allowed in explicit mode only (as Triton).
-    pub async fn api_load(&self, name: &str, config_json: Option<String>) -> Result<()> {
+    pub async fn api_load(&self, name: &str, config_json: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<()> {
         self.check_explicit()?;
-        self.load(name, config_json).await
+        self.load(name, config_json, files).await
     }
 
     pub async fn api_unload(&self, name: &str) -> Result<()> {
@@ -170,21 +172,33 @@ impl RepositoryManager {
     }
 
     /// Loads (or reloads) a model; the versions it had keep serving until the new ones are
-    /// ready, then drain.
-    pub async fn load(&self, name: &str, config_json: Option<String>) -> Result<()> {
+    /// ready, then drain. With `files` (Triton's `file:` parameters) the model is loaded from
+    /// those files and `config_json` instead of its folder. A failure answers Triton's text
+    /// ("failed to load '<m>', failed to poll from model repository" or "load failed for model
+    /// '<m>': ...") followed by the cause, which the index shows as the reason.
+    pub async fn load(&self, name: &str, config_json: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<()> {
         let lock = self.lock_for(name);
         let _guard = lock.lock().await;
         let (found, errors) = scan(&self.opts.repositories);
-        let result = match (found.get(name), errors.get(name)) {
-            (_, Some(reason)) => Err(Error::invalid(reason.clone())),
-            // Triton's answer (500) for a model no repository has; nothing to record.
-            (None, None) => {
-                return Err(Error::internal(format!("failed to load '{name}', failed to poll from model repository")))
+        let result = if !files.is_empty() {
+            match overrides::materialize(name, config_json.is_some(), &files) {
+                Ok(o) => self.load_dir(o.dir, config_json, Some(o.keep)).await,
+                Err(e) => Err(LoadFailure::poll(e)),
             }
-            (Some(dir), None) => self.load_dir(dir.clone(), config_json).await,
+        } else {
+            match (found.get(name), errors.get(name)) {
+                (_, Some(reason)) => Err(LoadFailure::poll(Error::invalid(reason.clone()))),
+                // Triton's answer (500) for a model no repository has; nothing to record.
+                (None, None) => {
+                    return Err(Error::internal(format!(
+                        "failed to load '{name}', failed to poll from model repository"
+                    )))
+                }
+                (Some(dir), None) => self.load_dir(dir.clone(), config_json, None).await,
+            }
         };
-        if let Err(e) = &result {
-            let reason = e.message.clone();
+        if let Err(f) = &result {
+            let reason = f.cause.message.clone();
             self.set_record(name, |r| {
                 r.wanted = true;
                 if r.versions.is_empty() || r.versions.values().all(|(s, _)| *s != ModelState::Ready) {
@@ -205,10 +219,15 @@ impl RepositoryManager {
                 }
             });
         }
-        result
+        result.map_err(|f| f.into_error(name))
     }
 
-    async fn load_dir(&self, dir: ModelDir, config_json: Option<String>) -> Result<()> {
+    async fn load_dir(
+        &self,
+        dir: ModelDir,
+        config_json: Option<String>,
+        files: Option<Arc<tempfile::TempDir>>,
+    ) -> Result<(), LoadFailure> {
         let name = dir.name.clone();
         let fp = fingerprint(&dir.path);
         self.set_record(&name, |r| {
@@ -228,12 +247,17 @@ impl RepositoryManager {
         let prepared =
             tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env, router))
                 .await
-                .map_err(|e| Error::internal(format!("loading model '{name}' panicked: {e}")))??;
+                .map_err(|e| {
+                    LoadFailure::load(None, Error::internal(format!("loading model '{name}' panicked: {e}")))
+                })??;
+        let latest = prepared.versions.last().map(|(p, _)| p.version);
         let composing = match &prepared.graph {
             Some(graph) => {
-                self.load_composing(graph).await?;
+                self.load_composing(graph).await.map_err(|e| LoadFailure::load(latest, e))?;
                 let router = self.router.clone();
-                graph.check_models(|m, v| router.get(m, v).map(|l| l.handle.policy.clone()))?;
+                graph
+                    .check_models(|m, v| router.get(m, v).map(|l| l.handle.policy.clone()))
+                    .map_err(|e| LoadFailure::load(latest, e))?;
                 graph.composing()
             }
             None => Vec::new(),
@@ -254,17 +278,17 @@ impl RepositoryManager {
                         labels: prepared.labels.clone(),
                         composing: composing.clone(),
                         steps: prepared.steps.get(&version).cloned(),
+                        files: files.clone(),
                     }),
                 )),
                 Err(e) => {
                     for (_, m) in &started {
                         m.handle.unload().await;
                     }
-                    let reason = format!("failed to load version {version} of model '{name}': {}", e.message);
                     self.set_record(&name, |r| {
-                        r.versions.insert(version, (ModelState::Unavailable, reason.clone()));
+                        r.versions.insert(version, (ModelState::Unavailable, e.message.clone()));
                     });
-                    return Err(Error::new(e.kind, reason));
+                    return Err(LoadFailure::load(Some(version), e));
                 }
             }
         }
@@ -312,7 +336,7 @@ impl RepositoryManager {
                     )));
                 }
             }
-            Box::pin(self.load(&model, None)).await.map_err(|e| {
+            Box::pin(self.load(&model, None, Vec::new())).await.map_err(|e| {
                 Error::new(
                     e.kind,
                     format!("ensemble '{}': composing model '{model}' failed to load: {}", graph.name, e.message),
@@ -373,7 +397,7 @@ impl RepositoryManager {
             }
         }
         for (name, load) in todo {
-            let result = if load { self.load(&name, None).await } else { self.unload(&name).await };
+            let result = if load { self.load(&name, None, Vec::new()).await } else { self.unload(&name).await };
             if let Err(e) = result {
                 tracing::error!("poll: '{name}': {e}");
             }

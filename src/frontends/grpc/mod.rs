@@ -28,6 +28,7 @@ use crate::observe::trace::TraceValue;
 use crate::observe::SettingValue;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
+use crate::repository::overrides::FILE_PREFIX;
 use crate::server::{ModelStatistics, Server};
 use crate::shm;
 
@@ -92,10 +93,6 @@ fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
         memory_usage: Vec::new(),
         response_stats: HashMap::new(),
     }
-}
-
-fn unsupported(what: &str) -> Status {
-    status(Error::unsupported(format!("{what} is not supported by this Tritium build")))
 }
 
 #[tonic::async_trait]
@@ -257,17 +254,23 @@ impl GrpcInferenceService for GrpcService {
         use pb::model_repository_parameter::ParameterChoice;
         let r = request.into_inner();
         let mut config = None;
+        let mut files = Vec::new();
         for (key, value) in &r.parameters {
             match (key.as_str(), value.parameter_choice.as_ref()) {
                 ("config", Some(ParameterChoice::StringParam(s))) => config = Some(s.clone()),
                 ("config", _) => return Err(status(Error::invalid("parameter 'config' must be a string of JSON"))),
-                (k, _) if k.starts_with("file:") => {
-                    return Err(unsupported("loading a model from files sent in the request ('file:' parameters)"))
+                (k, Some(ParameterChoice::BytesParam(b))) if k.starts_with(FILE_PREFIX) => {
+                    files.push((k.to_string(), b.to_vec()))
+                }
+                (k, _) if k.starts_with(FILE_PREFIX) => {
+                    return Err(status(Error::invalid(format!(
+                        "File parameter '{k}' must have bytes type for its value"
+                    ))))
                 }
                 _ => {}
             }
         }
-        self.server.load_model(&r.model_name, config).await.or_status()?;
+        self.server.load_model(&r.model_name, config, files).await.or_status()?;
         Ok(Response::new(pb::RepositoryModelLoadResponse {}))
     }
 

@@ -9,6 +9,7 @@ use super::error::{error_response, HttpResult};
 use super::stats_json::stats_json;
 use super::HttpState;
 use crate::config::to_json;
+use crate::repository::overrides::FILE_PREFIX;
 
 /// `{model}` and the optional `{version}` of a path.
 #[derive(Debug, serde::Deserialize)]
@@ -17,15 +18,12 @@ pub struct ModelPathParams {
     version: Option<String>,
 }
 
+/// The model and version of a path. A version that is not a whole number is Triton's 404 (its
+/// routes take digits only), with the text gRPC gives for it.
 pub fn model_and_version(path: &ModelPath) -> Result<(String, Option<i64>)> {
-    let (model, version) = (&path.model, &path.version);
-    let version = match version.as_deref() {
-        None | Some("") => None,
-        Some(v) => Some(v.parse::<i64>().map_err(|_| {
-            Error::invalid(format!("invalid version '{v}' for model '{model}': a version is an integer"))
-        })?),
-    };
-    Ok((model.clone(), version))
+    let version = crate::frontends::version::parse_version(path.version.as_deref().unwrap_or(""))
+        .map_err(|e| Error::not_found(e.message))?;
+    Ok((path.model.clone(), version))
 }
 
 pub type ModelPath = web::Path<ModelPathParams>;
@@ -147,16 +145,32 @@ pub(super) fn ok_empty() -> HttpResponse {
     HttpResponse::Ok().insert_header((header::CONTENT_TYPE, "application/json")).finish()
 }
 
+/// The repository extension's load: `parameters` may hold `config` (the config as a JSON
+/// string) and Triton's `file:<path>` model files, each base64 as Triton's HTTP API sends them.
 pub async fn load(state: web::Data<HttpState>, path: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+    use base64::Engine as _;
     let request = json_body(&body)?;
-    let config = match parameters(&request)?.and_then(|p| p.get("config")) {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            return Err(Error::invalid("Unable to parse 'config': expected a string holding the config JSON").into())
+    let mut config = None;
+    let mut files = Vec::new();
+    for (key, value) in parameters(&request)?.into_iter().flatten() {
+        match (key.as_str(), value) {
+            ("config", Value::String(s)) => config = Some(s.clone()),
+            ("config", _) => {
+                return Err(Error::invalid("Unable to parse 'config': expected a string holding the config JSON").into())
+            }
+            (k, Value::String(s)) if k.starts_with(FILE_PREFIX) => {
+                let content = base64::engine::general_purpose::STANDARD.decode(s).map_err(|e| {
+                    Error::invalid(format!("Unable to parse '{k}': the file content must be base64 ({e})"))
+                })?;
+                files.push((k.to_string(), content));
+            }
+            (k, _) if k.starts_with(FILE_PREFIX) => {
+                return Err(Error::invalid(format!("Unable to parse '{k}': expected a base64 string")).into())
+            }
+            _ => {}
         }
-    };
-    state.server.load_model(&path, config).await?;
+    }
+    state.server.load_model(&path, config, files).await?;
     Ok(ok_empty())
 }
 
