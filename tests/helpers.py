@@ -18,6 +18,7 @@ import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_REPO = REPO_ROOT / "model_repository"
+EXAMPLES_REPO = REPO_ROOT / "examples" / "triton_client_models"
 
 
 def tritium_bin() -> Path:
@@ -52,6 +53,19 @@ def copy_bundled_repo(dest: Path, models=None) -> Path:
             continue
         shutil.copytree(src, dest / src.name)
     return dest
+
+
+def copy_examples_repo(dest: Path, folders=("core", "decoupled", "densenet")) -> list:
+    """Copies folders of the repository for Triton's client examples to dest (one model
+    repository each) and returns their paths; fails when scripts/setup.sh has not made the
+    model files."""
+    if not any(EXAMPLES_REPO.rglob("*.onnx")):
+        raise FileNotFoundError(f"{EXAMPLES_REPO} has no .onnx files: run scripts/setup.sh first")
+    out = []
+    for folder in folders:
+        shutil.copytree(EXAMPLES_REPO / folder, dest / folder)
+        out.append(dest / folder)
+    return out
 
 
 class Server:
