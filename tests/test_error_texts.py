@@ -389,3 +389,23 @@ def test_shared_memory_region_and_offset_errors_in_a_request(srv, stub, gclient,
             assert ht == gt == want
     finally:
         gclient.unregister_system_shared_memory("texts2")
+
+
+def test_load_and_unload_refused_without_explicit_mode(tmp_path):
+    """Triton 2.51 answers 503 'explicit model load / unload is not allowed if polling is
+    enabled' in modes none and poll alike; Tritium keeps the words up to 'not allowed' and names
+    the mode it runs in."""
+    (core,) = copy_examples_repo(tmp_path, ("core",))
+    server = Server(core, log_dir=tmp_path, args=["--model-control-mode", "none"]).start()
+    try:
+        for action in ("load", "unload"):
+            r = server.post(f"/v2/repository/models/simple/{action}")
+            assert r.status_code == 503
+            assert error_text(r).startswith("explicit model load / unload is not allowed"), r.text
+        with grpcclient.InferenceServerClient(server.grpc_url) as c:
+            with pytest.raises(InferenceServerException) as info:
+                c.load_model("simple")
+            assert info.value.status() == "StatusCode.UNAVAILABLE"
+            assert info.value.message().startswith("explicit model load / unload is not allowed")
+    finally:
+        assert server.stop() == 0, server.log_tail()
