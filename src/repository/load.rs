@@ -166,3 +166,39 @@ fn prepare_versions(
         .collect::<Result<Vec<_>>>()?;
     Ok(Prepared { config, versions, labels, graph, steps })
 }
+
+#[cfg(test)]
+mod tests {
+    use tritium_actors::ErrorKind;
+
+    use super::*;
+
+    #[test]
+    fn a_poll_failure_is_tritons_500_text_then_the_cause() {
+        let e = LoadFailure::poll(Error::invalid("Invalid config override: bad")).into_error("m");
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert_eq!(e.message, "failed to load 'm', failed to poll from model repository: Invalid config override: bad");
+    }
+
+    #[test]
+    fn a_load_failure_is_tritons_400_text_then_the_cause() {
+        let e = LoadFailure::load(Some(3), Error::internal("no session")).into_error("m");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert_eq!(e.message, "load failed for model 'm': version 3 is at UNAVAILABLE state: no session;");
+        let e = LoadFailure::load(None, Error::invalid("no version")).into_error("m");
+        assert_eq!(e.message, "load failed for model 'm': no version");
+    }
+
+    #[test]
+    fn a_malformed_override_fails_the_poll_and_a_wrong_name_too() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("m/1")).unwrap();
+        let model = ModelDir { name: "m".into(), path: dir.path().join("m") };
+        let env = BackendEnv::default();
+        let router = Arc::new(super::super::Router::default());
+        for json in [r#""parameters": {"config": {{"max_batch_size": "16"}}}"#, r#"{"name":"other"}"#] {
+            let f = prepare(&model, Some(json), false, &env, router.clone()).err().expect(json);
+            assert!(matches!(f.stage, Stage::Poll), "{json}: {f:?}");
+        }
+    }
+}
