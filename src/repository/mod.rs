@@ -181,7 +181,12 @@ impl RepositoryManager {
         let _guard = lock.lock().await;
         let (found, errors) = scan(&self.opts.repositories);
         let result = if !files.is_empty() {
-            match overrides::materialize(name, config_json.is_some(), &files) {
+            // Model files can be large: write them off the event loop.
+            let (model, has_config) = (name.to_string(), config_json.is_some());
+            let written = tokio::task::spawn_blocking(move || overrides::materialize(&model, has_config, &files))
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("writing the files of model '{name}' panicked: {e}"))));
+            match written {
                 Ok(o) => self.load_dir(o.dir, config_json, Some(o.keep)).await,
                 Err(e) => Err(LoadFailure::poll(e)),
             }
