@@ -409,3 +409,21 @@ def test_load_and_unload_refused_without_explicit_mode(tmp_path):
             assert info.value.message().startswith("explicit model load / unload is not allowed")
     finally:
         assert server.stop() == 0, server.log_tail()
+
+
+def test_model_known_but_unloaded(srv, gclient):
+    """Never loaded: 'is not found'; loaded then unloaded: 'has no available versions' (404 /
+    NOT_FOUND), for inference and metadata alike."""
+    x = grpcclient.InferInput("INPUT0", [1, 16], "INT8")
+    x.set_data_from_numpy(np.ones((1, 16), np.int8))
+    gclient.load_model("simple_int8")
+    gclient.unload_model("simple_int8")
+    want = "Request for unknown model: 'simple_int8' has no available versions"
+    r = srv.post("/v2/models/simple_int8/infer", {"inputs": [{"name": "INPUT0", "datatype": "INT8", "shape": [1, 16],
+                                                               "data": [1] * 16}]})
+    assert (r.status_code, error_text(r)) == (404, want)
+    r = srv.get("/v2/models/simple_int8")
+    assert (r.status_code, error_text(r)) == (404, want)
+    with pytest.raises(InferenceServerException) as info:
+        gclient.infer("simple_int8", [x])
+    assert (info.value.status(), info.value.message()) == ("StatusCode.NOT_FOUND", want)
