@@ -1,4 +1,5 @@
-//! Generates the protocol types from every `.proto` file in `proto/`.
+//! Generates the protocol types from every `.proto` file in `proto/`, and gives the binary libtorch's run
+//! path.
 //!
 //! `protox` parses the files (no `protoc` needed), the descriptor set is written to
 //! `$OUT_DIR/tritium_descriptor.bin` for runtime reflection (pbtxt and JSON of `ModelConfig`),
@@ -26,6 +27,13 @@ fn main() {
     // A folder makes cargo watch every file in it, so added and removed files count too.
     println!("cargo:rerun-if-changed={PROTO_DIR}");
     println!("cargo::rustc-check-cfg=cfg(tritium_health)");
+    // The PyTorch backend links libtorch (torch-sys finds it through LIBTORCH, which
+    // .cargo/config.toml points at the .libtorch that scripts/setup.sh installs): the binary
+    // keeps that folder as a run path, so it starts without LD_LIBRARY_PATH.
+    println!("cargo:rerun-if-env-changed=LIBTORCH");
+    if let Ok(libtorch) = std::env::var("LIBTORCH") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{libtorch}/lib");
+    }
 
     let files = proto_files(dir);
     for file in &files {

@@ -6,6 +6,7 @@ mod autocomplete;
 pub mod decoupled;
 pub mod identity;
 pub mod onnx;
+pub mod pytorch;
 pub mod text;
 
 use std::path::{Path, PathBuf};
@@ -105,6 +106,17 @@ pub fn factory(
             };
             Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
         }
+        "pytorch" => {
+            let file = model_file(config, model_dir, version, "model.pt");
+            if !file.is_file() {
+                return Err(Error::invalid(format!(
+                    "model '{}' version {version}: model file {} does not exist",
+                    config.name,
+                    file.display()
+                )));
+            }
+            Ok(Arc::new(pytorch::PytorchFactory::new(config, file)?))
+        }
         "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
         "repeat" => Ok(Arc::new(decoupled::RepeatFactory::from_config(config)?)),
         "tokenizer" => {
@@ -118,7 +130,7 @@ pub fn factory(
         "square" => Ok(Arc::new(decoupled::SquareFactory::from_config(config)?)),
         "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, identity, repeat, square, tokenizer, pooling)",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling)",
             config.name
         ))),
     }
