@@ -6,7 +6,10 @@
 #     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;
 #   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones,
 #     model_repository/fetch_models.py fetches the real ones, e.g. Silero VAD, from PyPI), and
-#     those of the repository for Triton's client examples (examples/triton_client_models/).
+#     those of the repository for Triton's client examples (examples/triton_client_models/);
+#   - libtorch for the PyTorch backend at .libtorch (scripts/install_libtorch.sh: the CPU
+#     libraries and headers of PyPI's torch wheel) and the bundled TorchScript files
+#     (model_repository/generate_torchscript.py).
 # Idempotent and quiet: when everything is in place it only checks, in well under a second.
 # PYTHON picks the interpreter (default python3.11).
 set -euo pipefail
@@ -36,6 +39,8 @@ if [ ! -f "$LIB" ]; then
 fi
 [ -f "$LIB" ] || { echo "setup.sh: $LIB is still missing after installing onnxruntime==$ORT_VERSION" >&2; exit 1; }
 
+PYTHON="$PYTHON" bash "$REPO/scripts/install_libtorch.sh"
 "$VENV/bin/python" "$REPO/model_repository/generate.py"
+"$VENV/bin/python" "$REPO/model_repository/generate_torchscript.py"
 "$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
 "$VENV/bin/python" "$REPO/examples/triton_client_models/generate.py"

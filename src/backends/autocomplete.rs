@@ -1,7 +1,8 @@
 //! Completing a missing or partial config from the model file (`--strict-model-config=false`),
 //! as Triton's ONNX Runtime backend does: inputs and outputs with their datatypes and dims, and
 //! `max_batch_size` (Triton's default of 4, with `dynamic_batching {}`) when every input and
-//! output of the file has a variable first dimension.
+//! output of the file has a variable first dimension. PyTorch configs cannot be completed (as in
+//! Triton); for them this says exactly what the config lacks.
 
 use std::path::Path;
 
@@ -21,6 +22,9 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
     if config.backend.is_empty() && config.platform.is_empty() {
         config.backend = backend.clone();
     }
+    if backend == "pytorch" {
+        return pytorch_says_what_is_missing(config, &model_file(config, model_dir, version, "model.pt"));
+    }
     if backend != "onnxruntime" {
         return Ok(());
     }
@@ -33,6 +37,45 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
     let (inputs, outputs) = onnx::inspect(&file)?;
     complete(config, &inputs, &outputs);
     Ok(())
+}
+
+/// Triton cannot complete a PyTorch config (a TorchScript file does not declare its tensors'
+/// types and shapes); neither does Tritium, but it says exactly what the config lacks, with
+/// `forward`'s argument names when the file tells them.
+fn pytorch_says_what_is_missing(config: &ModelConfig, file: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    if config.input.is_empty() {
+        missing.push("an input for each argument of forward".to_string());
+    }
+    if config.output.is_empty() {
+        missing.push("an output for each element of forward's result".to_string());
+    }
+    for (kind, name, data_type, dims) in config
+        .input
+        .iter()
+        .map(|i| ("input", &i.name, i.data_type, &i.dims))
+        .chain(config.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims)))
+    {
+        if data_type == 0 {
+            missing.push(format!("data_type of {kind} '{name}'"));
+        }
+        if dims.is_empty() {
+            missing.push(format!("dims of {kind} '{name}'"));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let arguments = match super::pytorch::forward_arguments(file) {
+        Some(args) => format!(" (forward takes: {})", args.join(", ")),
+        None => String::new(),
+    };
+    Err(tritium_actors::Error::invalid(format!(
+        "model '{}': a PyTorch model's config cannot be completed from its TorchScript file, which does not \
+         declare its tensors' types and shapes; the config must give {}{arguments}",
+        config.name,
+        missing.join("; ")
+    )))
 }
 
 fn batchable(io: &[onnx::OnnxIo]) -> bool {
@@ -133,5 +176,31 @@ mod tests {
         assert_eq!(config.input[0].data_type, proto_data_type(DataType::F16) as i32);
         assert_eq!(config.output.len(), 1);
         assert!(config.scheduling_choice.is_none());
+    }
+
+    #[test]
+    fn a_pytorch_config_is_told_what_it_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.pt");
+        let config = ModelConfig { name: "t".into(), ..Default::default() };
+        let e = pytorch_says_what_is_missing(&config, &file).unwrap_err().to_string();
+        assert!(e.contains("an input for each argument of forward; an output for each element"), "{e}");
+        let config = ModelConfig {
+            name: "t".into(),
+            input: vec![ModelInput { name: "x".into(), dims: vec![2], ..Default::default() }],
+            output: vec![ModelOutput { name: "y".into(), data_type: 11, ..Default::default() }],
+            ..Default::default()
+        };
+        let e = pytorch_says_what_is_missing(&config, &file).unwrap_err().to_string();
+        assert!(e.ends_with("the config must give data_type of input 'x'; dims of output 'y'"), "{e}");
+        let complete = ModelConfig {
+            input: vec![ModelInput { name: "x".into(), dims: vec![2], data_type: 11, ..Default::default() }],
+            ..config
+        };
+        let complete = ModelConfig {
+            output: vec![ModelOutput { name: "y".into(), data_type: 11, dims: vec![2], ..Default::default() }],
+            ..complete
+        };
+        pytorch_says_what_is_missing(&complete, &file).unwrap();
     }
 }

@@ -97,6 +97,13 @@ pub fn flatten(result: IValue) -> Vec<IValue> {
 /// dimension already in front for batching models; -1 matches any size).
 pub fn from_ivalue(model: &str, name: &str, value: IValue, datatype: DataType, dims: &[i64]) -> Result<Tensor> {
     let mismatch = |what: String| Error::internal(format!("model '{model}': output '{name}' {what}"));
+    // A List[str] inside a tuple comes back as a generic list of strings.
+    let value = match value {
+        IValue::GenericList(items) if items.iter().all(|i| matches!(i, IValue::String(_))) => IValue::StringList(
+            items.into_iter().filter_map(|i| if let IValue::String(s) = i { Some(s) } else { None }).collect(),
+        ),
+        other => other,
+    };
     let (shape, data) = match value {
         IValue::StringList(strings) if datatype == DataType::Bytes => {
             (vec![strings.len() as i64], serialize_bytes(strings.iter().map(String::as_bytes)))

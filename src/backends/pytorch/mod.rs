@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub use signature::forward_arguments;
 use tch::{CModule, Device, IValue};
 use tritium_actors::{
     Backend, BackendFactory, BatchInput, DataType, Error, InstanceKind, InstanceSpec, Result, Tensor,
