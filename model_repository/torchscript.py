@@ -9,15 +9,54 @@ import zipfile
 VERSION = b"3\n"
 
 
-def data_pickle(class_name: str) -> bytes:
-    """Protocol 2: GLOBAL '__torch__ <class>', EMPTY_TUPLE, NEWOBJ, EMPTY_DICT, BUILD, STOP."""
-    return b"\x80\x02c__torch__\n" + class_name.encode() + b"\nq\x00)\x81}(ubq\x01."
+def short_unicode(s: str) -> bytes:
+    """Pickle's BINUNICODE opcode for `s`."""
+    b = s.encode()
+    return b"X" + len(b).to_bytes(4, "little") + b
 
 
-def write_archive(path, class_name: str, source: str, root: str = "model") -> None:
-    """`source` is the class body's TorchScript, starting with `class <class_name>(Module):`."""
+def _int(v: int) -> bytes:
+    """Pickle's BININT (a signed 4-byte little-endian integer)."""
+    return b"J" + int(v).to_bytes(4, "little", signed=True)
+
+
+def tensor_pickle(key: int, shape) -> bytes:
+    """A float32 tensor stored in `data/<key>`, contiguous, as torch.save pickles one:
+    torch._utils._rebuild_tensor_v2((persistent storage id), offset 0, size, stride, False,
+    OrderedDict())."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.insert(0, acc)
+        acc *= d
+    storage = (b"(" + short_unicode("storage") + b"ctorch\nFloatStorage\n" + short_unicode(str(key))
+               + short_unicode("cpu") + _int(numel) + b"tQ")
+    return (b"ctorch._utils\n_rebuild_tensor_v2\n(" + storage + _int(0)
+            + b"(" + b"".join(_int(d) for d in shape) + b"t"
+            + b"(" + b"".join(_int(s) for s in strides) + b"t"
+            + b"\x89ccollections\nOrderedDict\n)RtR")
+
+
+def data_pickle(class_name: str, tensors=None) -> bytes:
+    """Protocol 2: GLOBAL '__torch__ <class>', EMPTY_TUPLE, NEWOBJ, a dict of the module's
+    attributes ('training' and each tensor), BUILD, STOP."""
+    items = b"".join(short_unicode(name) + tensor_pickle(key, array.shape)
+                     for key, (name, array) in enumerate((tensors or {}).items()))
+    attributes = (short_unicode("training") + b"\x89") if tensors else b""
+    return b"\x80\x02c__torch__\n" + class_name.encode() + b"\n)\x81}(" + attributes + items + b"ub."
+
+
+def write_archive(path, class_name: str, source: str, root: str = "model", tensors=None) -> None:
+    """`source` is the class body's TorchScript, starting with `class <class_name>(Module):`.
+    `tensors` (name -> float32 numpy array) become the module's tensor attributes, which the
+    source declares as `<name> : Tensor`."""
+    tensors = tensors or {}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr(f"{root}/data.pkl", data_pickle(class_name))
+        z.writestr(f"{root}/data.pkl", data_pickle(class_name, tensors))
+        for key, (name, array) in enumerate(tensors.items()):
+            z.writestr(f"{root}/data/{key}", array.astype("<f4").tobytes())
         z.writestr(f"{root}/code/__torch__.py", source)
         z.writestr(f"{root}/constants.pkl", b"\x80\x02).")
         z.writestr(f"{root}/version", VERSION)
@@ -30,11 +69,6 @@ def module_source(class_name: str, signature: str, body: str) -> str:
     return (f"class {class_name}(Module):\n  __parameters__ = []\n  __buffers__ = []\n"
             f"  def forward(self: __torch__.{class_name},\n    {signature}:\n{body}")
 
-
-def short_unicode(s: str) -> bytes:
-    """Pickle's BINUNICODE opcode for `s`."""
-    b = s.encode()
-    return b"X" + len(b).to_bytes(4, "little") + b
 
 
 def wrap_archive(src_path, dst_path, class_name: str, attribute: str, source: str) -> None:

@@ -47,8 +47,8 @@ def text_input(mod, texts, binary=True):
     return x
 
 
-def embed(client, mod, texts, binary=True):
-    res = client.infer("minilm", [text_input(mod, texts, binary)])
+def embed(client, mod, texts, binary=True, model="minilm"):
+    res = client.infer(model, [text_input(mod, texts, binary)])
     out = res.as_numpy("EMBEDDING")
     assert out.dtype == np.float32 and out.shape == (len(texts), 384), (out.dtype, out.shape)
     return out
@@ -102,10 +102,12 @@ def test_tokenizer_step_gives_the_reference_token_ids(server, ref, protocol):
     assert res.as_numpy("attention_mask").tolist() == [[1] * 4 + [0] * 12]
 
 
-def test_encoder_step_matches_the_numpy_bert(server, ref):
-    """minilm_encoder (the exported ONNX file, run by the server's ONNX Runtime) against the
-    float64 numpy forward pass, on the reference's own token ids: a short, a unicode, the
-    218-token and the full 256-token ones."""
+@pytest.mark.parametrize("encoder", ["minilm_encoder", "minilm_encoder_torch"])
+def test_encoder_step_matches_the_numpy_bert(server, ref, encoder):
+    """minilm_encoder (the exported ONNX file, run by the server's ONNX Runtime) and
+    minilm_encoder_torch (the same weights as TorchScript, run by libtorch) against the float64
+    numpy forward pass, on the reference's own token ids: a short, a unicode, the 218-token and
+    the full 256-token ones."""
     client = client_for(server, "grpc")
     for s in ("Hello world", "東京は日本の首都です。北京是中国的首都。", MEDIUM, LONG):
         ids, mask, types = ref.encode(s)
@@ -114,7 +116,7 @@ def test_encoder_step_matches_the_numpy_bert(server, ref):
             x = grpcclient.InferInput(name, list(v.shape), "INT64")
             x.set_data_from_numpy(v)
             ins.append(x)
-        got = client.infer("minilm_encoder", ins).as_numpy("last_hidden_state")[0]
+        got = client.infer(encoder, ins).as_numpy("last_hidden_state")[0]
         want = ref.hidden(s)
         assert got.shape == want.shape
         err = float(np.abs(got - want).max())
@@ -145,6 +147,21 @@ def test_several_texts_per_request(server, ref, protocol):
     pair = embed(client, mod, ["Hello world", LONG, "Hello world"])
     np.testing.assert_allclose(pair[0], pair[2], rtol=0, atol=1e-6)
     assert cosine(pair[0], everything[0]) >= 0.999999, "padding to 256 does not change a short text's embedding"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_pipeline_with_the_torchscript_encoder_gives_the_same_embeddings(server, ref, protocol):
+    """minilm_torch is the minilm ensemble with minilm_encoder_torch (libtorch) in place of the
+    ONNX encoder: every text, alone and all together, embeds as the reference says and as the
+    ONNX pipeline does (cosine >= 0.9999)."""
+    mod, client = CLIENTS[protocol], client_for(server, protocol)
+    torch_alone = np.concatenate([embed(client, mod, [s], model="minilm_torch") for s in SENTENCES])
+    check(ref, SENTENCES, torch_alone)
+    together = embed(client, mod, SENTENCES, model="minilm_torch")
+    check(ref, SENTENCES, together)
+    onnx = embed(client, mod, SENTENCES)
+    worst = min(cosine(a, b) for a, b in zip(together, onnx))
+    assert worst >= MIN_COSINE, f"worst cosine between the PyTorch and ONNX pipelines: {worst}"
 
 
 def test_many_requests_at_once(server, ref):
