@@ -14,6 +14,8 @@ again by this script (scripts/setup.sh runs it).
 - torch_accumulate: Triton's accumulator as a sequence model with implicit state: the running
   sum travels in and out as ACC__2 -> ACC_OUT__1, and the engine keeps it between requests.
 - torch_checked: forward raises for a negative input (a request error, the model keeps serving).
+- torch_mlp: the ONNX mlp's network with its very weights (read from mlp/1/model.onnx, which
+  generate.py writes first), for benchmarks of the two backends on the same compute.
 """
 import argparse
 import os
@@ -61,17 +63,38 @@ MODELS = {
 }
 
 
+def torch_mlp():
+    """(class, source, tensors) of the mlp: Gemm + Relu layers with the ONNX file's weights."""
+    import onnx
+    from onnx import numpy_helper
+    graph = onnx.load(os.path.join(HERE, "mlp", "1", "model.onnx")).graph
+    weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    layers = len([n for n in weights if n.startswith("W")])
+    lines = ["class Mlp(Module):", "  __parameters__ = []", "  __buffers__ = []", "  training : bool"]
+    lines += [f"  {n} : Tensor" for n in sorted(weights)]
+    lines += ["  def forward(self: __torch__.Mlp,", "    INPUT__0: Tensor) -> Tensor:", "    x = INPUT__0"]
+    for i in range(layers):
+        lines.append(f"    x = torch.addmm(self.B{i}, x, self.W{i})")
+        if i < layers - 1:
+            lines.append("    x = torch.relu(x)")
+    lines.append("    return x")
+    return "Mlp", "\n".join(lines) + "\n", {n: weights[n] for n in sorted(weights)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="write every file again")
     args = parser.parse_args()
     wrote = []
-    for name, (class_name, source) in MODELS.items():
+    models = {name: (lambda c=c, s=s: (c, s, None)) for name, (c, s) in MODELS.items()}
+    models["torch_mlp"] = torch_mlp
+    for name, make in models.items():
         path = os.path.join(HERE, name, "1", "model.pt")
         if os.path.exists(path) and not args.force:
             continue
+        class_name, source, tensors = make()
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_archive(path, class_name, source, root=name)
+        write_archive(path, class_name, source, root=name, tensors=tensors)
         wrote.append(name)
     if wrote:
         print("generate_torchscript.py: wrote " + ", ".join(wrote))

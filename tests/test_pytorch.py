@@ -19,7 +19,8 @@ from helpers import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "model_repository"))
 from torchscript import module_source, write_archive  # noqa: E402
 
-TORCH_MODELS = ["torch_add_sub", "torch_mixed", "torch_accumulate", "torch_checked", "add_sub", "silero_vad_torch"]
+TORCH_MODELS = ["torch_add_sub", "torch_mixed", "torch_accumulate", "torch_checked", "add_sub", "silero_vad_torch",
+                "mlp", "torch_mlp"]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,18 @@ def test_naming_convention_over_http_and_grpc(torch_server):
     meta = client.get_model_metadata("torch_add_sub")
     assert meta.platform == "pytorch_libtorch"
     client.close()
+
+
+def test_torch_mlp_computes_what_the_onnx_mlp_does(torch_server):
+    """The same network and weights on both backends (the benchmarks compare them)."""
+    x = np.random.default_rng(3).standard_normal((5, 256)).astype(np.float32)
+    onnx_in = httpclient.InferInput("INPUT0", [5, 256], "FP32")
+    onnx_in.set_data_from_numpy(x)
+    torch_in = httpclient.InferInput("INPUT__0", [5, 256], "FP32")
+    torch_in.set_data_from_numpy(x)
+    want = torch_server.client.infer("mlp", [onnx_in]).as_numpy("OUTPUT0")
+    got = torch_server.client.infer("torch_mlp", [torch_in]).as_numpy("OUTPUT__0")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_dynamic_batching_merges_concurrent_requests(torch_server):
