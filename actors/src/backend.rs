@@ -15,6 +15,9 @@ pub struct InstanceSpec {
     pub kind: InstanceKind,
     /// GPU ordinal for `KIND_GPU`.
     pub device: Option<i32>,
+    /// The CPU cores the instance's thread is pinned to (Triton's host policy `cpu-cores`);
+    /// empty = wherever the OS schedules it.
+    pub cpu_cores: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

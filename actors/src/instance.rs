@@ -102,8 +102,34 @@ pub(crate) fn spawn(env: InstanceEnv) {
     }
 }
 
+/// Pins the calling thread to `cores` (Linux `sched_setaffinity`); a failure is logged and the
+/// thread runs unpinned.
+fn pin_to(cores: &[usize], instance: &str) {
+    if cores.is_empty() {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET only writes inside it (cores past
+    // CPU_SETSIZE are skipped), and sched_setaffinity(0, ...) reads it for the calling thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        tracing::warn!(
+            "instance '{instance}': cannot pin its thread to cores {cores:?}: {}",
+            std::io::Error::last_os_error()
+        );
+    } else {
+        tracing::info!("instance '{instance}' runs on cores {cores:?}");
+    }
+}
+
 fn run(env: InstanceEnv) {
     let idx = env.spec.index;
+    pin_to(&env.spec.cpu_cores, &env.spec.name);
     let created = catch_unwind(AssertUnwindSafe(|| env.factory.create(&env.spec)));
     let mut backend: Box<dyn Backend> = match created {
         Ok(Ok(b)) => b,

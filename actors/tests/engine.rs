@@ -39,7 +39,13 @@ fn policy(instances: usize, dynamic: Option<DynamicBatchPolicy>) -> ModelPolicy 
         inputs: vec![IoSpec::new("IN", DataType::F32, vec![2])],
         outputs: vec![IoSpec::new("OUT", DataType::F32, vec![2])],
         instances: (0..instances)
-            .map(|i| InstanceSpec { name: format!("addone_0_{i}"), index: i, kind: InstanceKind::Cpu, device: None })
+            .map(|i| InstanceSpec {
+                name: format!("addone_0_{i}"),
+                index: i,
+                kind: InstanceKind::Cpu,
+                device: None,
+                cpu_cores: Vec::new(),
+            })
             .collect(),
         scheduler: dynamic.map(SchedulerPolicy::Dynamic).unwrap_or(SchedulerPolicy::Direct),
         decoupled: false,

@@ -44,7 +44,13 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
         inputs: vec![IoSpec::new("IN", DataType::I32, vec![1])],
         outputs: vec![IoSpec::new("OUT", DataType::I32, vec![1])],
         instances: (0..instances)
-            .map(|i| InstanceSpec { name: format!("acc_0_{i}"), index: i, kind: InstanceKind::Cpu, device: None })
+            .map(|i| InstanceSpec {
+                name: format!("acc_0_{i}"),
+                index: i,
+                kind: InstanceKind::Cpu,
+                device: None,
+                cpu_cores: Vec::new(),
+            })
             .collect(),
         scheduler: SchedulerPolicy::Sequence(SequencePolicy {
             strategy,

@@ -1,10 +1,17 @@
 //! `backend: "identity"`, as Triton's identity backend: output *i* is input *i* of the config,
 //! unchanged, after an optional `execute_delay_ms` parameter. Needs no model file; used for
 //! slow-model tests (graceful shutdown, queueing) and for measuring the server without compute.
+//! Two test aids, both off unless the config asks: `load_delay_ms` makes each instance take
+//! that long to load (as a large model would), and `echo_parameters_output: "<OUTPUT>"` fills
+//! that BYTES output with the request's parameters as one JSON object (as Triton's parameter
+//! test models echo them), for checking what reaches a backend.
 
 use std::time::Duration;
 
-use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InstanceSpec, Result, Tensor};
+use bytes::Bytes;
+use tritium_actors::{
+    Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, ParamValue, Parameters, Result, Tensor,
+};
 
 use crate::config::ModelConfig;
 
@@ -12,19 +19,54 @@ pub struct IdentityFactory {
     /// (input name, output name) pairs, by position in the config.
     pairs: Vec<(String, String)>,
     delay: Duration,
+    load_delay: Duration,
+    /// The output that carries the request's parameters as JSON.
+    echo: Option<String>,
+}
+
+/// The request parameters as one JSON object.
+fn parameters_json(params: &Parameters) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = params
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                ParamValue::Bool(b) => serde_json::Value::from(*b),
+                ParamValue::Int(i) => serde_json::Value::from(*i),
+                ParamValue::UInt(u) => serde_json::Value::from(*u),
+                ParamValue::Double(d) => serde_json::Value::from(*d),
+                ParamValue::Str(s) => serde_json::Value::from(s.as_str()),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
 }
 
 impl IdentityFactory {
     pub fn from_config(config: &ModelConfig) -> Result<Self> {
-        if config.input.len() != config.output.len() || config.input.is_empty() {
+        let echo = config.parameters.get("echo_parameters_output").map(|p| p.string_value.trim().to_string());
+        if let Some(name) = &echo {
+            let ok = config
+                .output
+                .iter()
+                .any(|o| &o.name == name && o.data_type == crate::config::ProtoDataType::TypeString as i32);
+            if !ok || config.max_batch_size > 0 {
+                return Err(Error::invalid(format!(
+                    "model '{}': echo_parameters_output '{name}' must name a TYPE_STRING output of a model with max_batch_size 0",
+                    config.name
+                )));
+            }
+        }
+        let outputs: Vec<_> = config.output.iter().filter(|o| Some(&o.name) != echo.as_ref()).collect();
+        if config.input.len() != outputs.len() || config.input.is_empty() {
             return Err(Error::invalid(format!(
                 "model '{}': the identity backend needs as many outputs as inputs (got {} inputs, {} outputs)",
                 config.name,
                 config.input.len(),
-                config.output.len()
+                outputs.len()
             )));
         }
-        for (i, o) in config.input.iter().zip(&config.output) {
+        for (i, o) in config.input.iter().zip(outputs.iter().copied()) {
             if i.data_type != o.data_type {
                 return Err(Error::invalid(format!(
                     "model '{}': identity output '{}' must have the datatype of input '{}'",
@@ -34,22 +76,27 @@ impl IdentityFactory {
         }
         let delay_ms =
             crate::config::uint_parameter(&config.name, &config.parameters, "execute_delay_ms")?.unwrap_or(0);
+        let load_ms = crate::config::uint_parameter(&config.name, &config.parameters, "load_delay_ms")?.unwrap_or(0);
         Ok(IdentityFactory {
-            pairs: config.input.iter().zip(&config.output).map(|(i, o)| (i.name.clone(), o.name.clone())).collect(),
+            pairs: config.input.iter().zip(outputs).map(|(i, o)| (i.name.clone(), o.name.clone())).collect(),
             delay: Duration::from_millis(delay_ms),
+            load_delay: Duration::from_millis(load_ms),
+            echo,
         })
     }
 }
 
 impl BackendFactory for IdentityFactory {
     fn create(&self, _instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(Identity { pairs: self.pairs.clone(), delay: self.delay }))
+        std::thread::sleep(self.load_delay);
+        Ok(Box::new(Identity { pairs: self.pairs.clone(), delay: self.delay, echo: self.echo.clone() }))
     }
 }
 
 struct Identity {
     pairs: Vec<(String, String)>,
     delay: Duration,
+    echo: Option<String>,
 }
 
 impl Backend for Identity {
@@ -67,14 +114,21 @@ impl Backend for Identity {
                 outputs.push(Tensor::new(output.clone(), t.datatype, t.shape.clone(), t.data.clone()));
             }
         }
+        if let Some(name) = &self.echo {
+            // max_batch_size 0: every batch is one request.
+            let request = batch.request.ok_or_else(|| Error::internal("identity echo: no request in the batch"))?;
+            let json = parameters_json(&request.parameters);
+            let mut data = (json.len() as u32).to_le_bytes().to_vec();
+            data.extend_from_slice(json.as_bytes());
+            outputs.push(Tensor::new(name.clone(), DataType::Bytes, vec![1], Bytes::from(data)));
+        }
         Ok(outputs)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-    use tritium_actors::{DataType, InstanceKind};
+    use tritium_actors::InstanceKind;
 
     use super::*;
     use crate::config::{ModelInput, ModelOutput};
@@ -94,7 +148,13 @@ mod tests {
     #[test]
     fn copies_inputs_to_outputs_after_the_delay() {
         let f = IdentityFactory::from_config(&config("20")).unwrap();
-        let spec = InstanceSpec { name: "slow_0".into(), index: 0, kind: InstanceKind::Cpu, device: None };
+        let spec = InstanceSpec {
+            name: "slow_0".into(),
+            index: 0,
+            kind: InstanceKind::Cpu,
+            device: None,
+            cpu_cores: Vec::new(),
+        };
         let mut b = f.create(&spec).unwrap();
         let t = Tensor::new("IN", DataType::F32, vec![1, 1], Bytes::from_static(&[0, 0, 128, 63]));
         let start = std::time::Instant::now();

@@ -13,7 +13,7 @@ mod validate;
 
 pub use json::{from_json, to_json};
 pub use normalize::normalize;
-pub use policy::to_policy;
+pub use policy::{pin_instances, to_policy};
 pub use text::parse_pbtxt;
 use tritium_actors::DataType;
 pub use validate::validate;

@@ -43,11 +43,46 @@ fn instances(config: &ModelConfig) -> Vec<InstanceSpec> {
         for device in devices {
             for _ in 0..group.count.max(1) {
                 let name = if total == 1 { group.name.clone() } else { format!("{}_{}", group.name, out.len()) };
-                out.push(InstanceSpec { name, index: out.len(), kind, device });
+                out.push(InstanceSpec { name, index: out.len(), kind, device, cpu_cores: Vec::new() });
             }
         }
     }
     out
+}
+
+/// `--host-policy <policy>,cpu-cores=...`: gives each instance the cores of its host policy —
+/// its group's `host_policy` when set, else `cpu` for KIND_CPU (and KIND_MODEL) instances and
+/// `gpu_<id>` for KIND_GPU ones, the names Triton gives them. Instances of a policy with no
+/// cores keep running anywhere.
+pub fn pin_instances(
+    policy: &mut ModelPolicy,
+    config: &ModelConfig,
+    cores: &std::collections::BTreeMap<String, Vec<usize>>,
+) {
+    if cores.is_empty() || crate::ensemble::is_ensemble(config) {
+        return;
+    }
+    // Instances are made group by group, in order (see `instances`).
+    let mut groups = Vec::new();
+    for group in &config.instance_group {
+        let gpus = if Kind::try_from(group.kind) == Ok(Kind::Gpu) { group.gpus.len().max(1) } else { 1 };
+        for _ in 0..gpus * group.count.max(1) as usize {
+            groups.push(group);
+        }
+    }
+    for (spec, group) in policy.instances.iter_mut().zip(groups) {
+        let name = if !group.host_policy.is_empty() {
+            group.host_policy.clone()
+        } else {
+            match spec.device {
+                Some(id) if spec.kind == InstanceKind::Gpu => format!("gpu_{id}"),
+                _ => "cpu".to_string(),
+            }
+        };
+        if let Some(c) = cores.get(&name) {
+            spec.cpu_cores = c.clone();
+        }
+    }
 }
 
 /// The engine policy of one version of a normalized, validated config.
@@ -116,6 +151,7 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
                     index: i,
                     kind: InstanceKind::Cpu,
                     device: None,
+                    cpu_cores: Vec::new(),
                 })
                 .collect()
         } else {

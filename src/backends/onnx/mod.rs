@@ -342,8 +342,13 @@ mod tests {
         assert!(inputs.iter().all(|i| i.datatype == DataType::F32));
 
         let factory = OnnxFactory::new("add_sub", repo_model("add_sub"), OnnxOptions::default());
-        let spec =
-            InstanceSpec { name: "add_sub_0".into(), index: 0, kind: tritium_actors::InstanceKind::Cpu, device: None };
+        let spec = InstanceSpec {
+            name: "add_sub_0".into(),
+            index: 0,
+            kind: tritium_actors::InstanceKind::Cpu,
+            device: None,
+            cpu_cores: Vec::new(),
+        };
         let mut backend = factory.create(&spec).unwrap();
         let shape = inputs[0].shape.iter().map(|d| if *d < 0 { 1 } else { *d }).collect::<Vec<_>>();
         let n = element_count(&shape).unwrap();
