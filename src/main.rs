@@ -66,19 +66,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     for repo in &cli.model_repository {
         anyhow::ensure!(repo.is_dir(), "model repository {} is not a folder", repo.display());
     }
+    cli::effects::refusals(&cli).map_err(anyhow::Error::msg)?;
+    for note in cli::effects::no_effect_notes(&cli) {
+        tracing::warn!("{note}");
+    }
     let engine = Engine::new();
     let backend_env = BackendEnv { onnxruntime_library: cli.onnxruntime_library.clone() };
     let repository = Arc::new(RepositoryManager::new(
         RepositoryOptions {
             repositories: cli.model_repository.clone(),
             mode: cli.model_control_mode,
-            strict_config: cli.strict_model_config,
+            strict_config: cli.strict_config(),
             strict_readiness: cli.strict_readiness,
             backend_env,
+            config_name: cli.repo.model_config_name.clone(),
+            load_threads: cli.repo.model_load_thread_count as usize,
+            load_retries: cli.repo.model_load_retry_count,
+            host_cores: cli::host_policy::cpu_cores(&cli.resources.host_policy),
         },
         engine.handle(),
     ));
-    let server = Arc::new(Server::new(repository.clone()));
+    let server = Arc::new(Server::new(repository.clone(), cli.id.clone()));
     let exit_timeout = Duration::from_secs(cli.exit_timeout_secs);
 
     // Endpoints come up first so that liveness answers while models load.
@@ -88,6 +96,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             workers: if cli.http_thread_count == 0 { num_workers() } else { cli.http_thread_count },
             max_body_bytes: cli.http_max_input_size,
             exit_timeout_secs: cli.exit_timeout_secs,
+            reuse_port: cli.http_extra.reuse_http_port,
+            header_forward: cli.http_extra.http_header_forward_pattern.clone(),
         };
         let srv = frontends::http::serve(server.clone(), addr, opts)
             .await
@@ -108,6 +118,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             keepalive_timeout: Duration::from_millis(cli.grpc_keepalive_timeout),
             compress_responses: cli.grpc_infer_response_compression_level != cli::Compression::None,
             threads: num_workers(),
+            reuse_port: cli.grpc_extra.reuse_grpc_port,
+            header_forward: cli.grpc_extra.grpc_header_forward_pattern.clone(),
+            max_connection_age: cli.grpc_extra.grpc_max_connection_age.map(Duration::from_millis),
         };
         let handle = frontends::grpc::serve(server.clone(), addr, opts)
             .with_context(|| format!("cannot start the gRPC endpoint on {addr}"))?;
@@ -120,8 +133,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let metrics = if cli.allow_metrics {
         let addr = SocketAddr::new(cli.metrics_address.unwrap_or(cli.http_address), cli.metrics_port);
         let config = metrics::MetricsConfig::parse(&cli.metrics_config).map_err(anyhow::Error::msg)?;
-        let interval = Duration::from_millis(cli.metrics_interval_ms);
-        let srv = metrics::serve_with(server.clone(), addr, config, interval)
+        let host = metrics::HostMetrics {
+            interval: Duration::from_secs_f64(cli.metrics_interval_ms / 1000.0),
+            cpu: cli.allow_cpu_metrics,
+            gpu: cli.allow_gpu_metrics,
+        };
+        let srv = metrics::serve_with(server.clone(), addr, config, host)
             .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
         let handle = srv.handle();
         actix_rt::spawn(srv);
@@ -131,7 +148,60 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         None
     };
 
-    repository.load_startup(&cli.load_model).await;
+    let sagemaker = if cli.platforms.allow_sagemaker {
+        let addr = SocketAddr::new(cli.http_address, cli.platforms.sagemaker_port);
+        let opts = frontends::sagemaker::SageMakerOptions::from_env(
+            cli.platforms.sagemaker_thread_count as usize,
+            cli.http_max_input_size,
+            cli.exit_timeout_secs,
+        )?;
+        let srv = frontends::sagemaker::serve(server.clone(), addr, opts)
+            .with_context(|| format!("cannot start the SageMaker endpoint on {addr}"))?;
+        let handle = srv.handle();
+        actix_rt::spawn(srv);
+        tracing::info!("started Sagemaker HTTPService at {addr}");
+        Some(handle)
+    } else {
+        None
+    };
+    // Checked before loading, as Triton refuses these at start.
+    let vertex_routes = if cli.platforms.vertex_ai_enabled() {
+        let port = cli.platforms.vertex_ai_port().map_err(anyhow::Error::msg)?;
+        let opts = frontends::vertex_ai::VertexOptions::from_env(
+            cli.platforms.vertex_ai_thread_count as usize,
+            cli.http_max_input_size,
+            cli.exit_timeout_secs,
+            String::new(),
+        )?;
+        Some((SocketAddr::new(cli.http_address, port), opts))
+    } else {
+        None
+    };
+
+    let failed = repository.load_startup(&cli.load_model).await;
+    if cli.repo.exit_on_error && !failed.is_empty() {
+        let names: Vec<String> = failed.iter().map(|(n, _)| format!("'{n}'")).collect();
+        anyhow::bail!(
+            "failed to load all models ({} failed: {}); exiting as --exit-on-error is true (pass --exit-on-error=false to serve the others)",
+            failed.len(),
+            names.join(", ")
+        );
+    }
+
+    // Vertex AI starts once the models are loaded: its default model must be one of them.
+    let vertex = match vertex_routes {
+        Some((addr, mut opts)) => {
+            opts.default_model =
+                frontends::vertex_ai::default_model(&server, cli.platforms.vertex_ai_default_model.as_deref())?;
+            let srv = frontends::vertex_ai::serve(server.clone(), addr, opts)
+                .with_context(|| format!("cannot start the Vertex AI endpoint on {addr}"))?;
+            let handle = srv.handle();
+            actix_rt::spawn(srv);
+            tracing::info!("started Vertex AI HTTPService at {addr}");
+            Some(handle)
+        }
+        None => None,
+    };
 
     if cli.model_control_mode == ControlMode::Poll {
         let repo = repository.clone();
@@ -155,6 +225,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         // Stops accepting, lets in-flight requests finish (up to the exit timeout).
         if tokio::time::timeout(exit_timeout, h.stop(true)).await.is_err() {
             tracing::warn!("HTTP requests still running after {}s; exiting anyway", cli.exit_timeout_secs);
+        }
+    }
+    for h in [sagemaker, vertex].into_iter().flatten() {
+        if tokio::time::timeout(exit_timeout, h.stop(true)).await.is_err() {
+            tracing::warn!("SageMaker / Vertex AI requests still running after {}s", cli.exit_timeout_secs);
         }
     }
     if let Some(stopped) = grpc_stopped {

@@ -15,7 +15,8 @@ use crate::observe::trace::{TraceValue, TraceView};
 use crate::observe::SettingValue;
 use crate::repository::RepositoryManager;
 
-pub const SERVER_NAME: &str = "tritium";
+/// The `name` server metadata reports unless `--id` says otherwise (Triton's default).
+pub const DEFAULT_SERVER_ID: &str = "triton";
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The protocol extensions this build serves, as `GET /v2` lists them.
@@ -107,12 +108,14 @@ impl LoadedModel {
 
 pub struct Server {
     pub repository: Arc<RepositoryManager>,
+    /// `--id`: the `name` of server metadata.
+    id: String,
     shutting_down: AtomicBool,
 }
 
 impl Server {
-    pub fn new(repository: Arc<RepositoryManager>) -> Self {
-        Server { repository, shutting_down: AtomicBool::new(false) }
+    pub fn new(repository: Arc<RepositoryManager>, id: String) -> Self {
+        Server { repository, id, shutting_down: AtomicBool::new(false) }
     }
 
     /// After this, the server is not ready and refuses new inference requests.
@@ -121,7 +124,7 @@ impl Server {
     }
 
     pub fn metadata(&self) -> ServerMetadata {
-        ServerMetadata { name: SERVER_NAME.into(), version: SERVER_VERSION.into(), extensions: EXTENSIONS.to_vec() }
+        ServerMetadata { name: self.id.clone(), version: SERVER_VERSION.into(), extensions: EXTENSIONS.to_vec() }
     }
 
     pub fn is_live(&self) -> bool {

@@ -60,7 +60,8 @@ def test_health_and_metadata(client):
     assert client.is_model_ready("add_sub")
     assert not client.is_model_ready("nope")
     meta = client.get_server_metadata()
-    assert meta.name == "tritium" and "binary_tensor_data" in meta.extensions
+    assert meta.name == "triton" and "binary_tensor_data" in meta.extensions  # --id, as Triton
+    assert meta.version and meta.version != "2.51.0", "Tritium keeps its own version"
     m = client.get_model_metadata("add_sub")
     assert m.versions == ["1"] and m.platform == "onnxruntime_onnx"
     assert [(t.name, t.datatype, list(t.shape)) for t in m.inputs] == [("INPUT0", "FP32", [-1, 16]), ("INPUT1", "FP32", [-1, 16])]

@@ -135,7 +135,7 @@ def test_broken_config_is_unavailable_with_file_and_line_and_others_serve(start_
     lines = cfg.splitlines()
     lines.insert(5, "not_a_field: 3")
     (repo / "broken" / "config.pbtxt").write_text("\n".join(lines) + "\n")
-    srv = start_server(repo, wait_for="live")
+    srv = start_server(repo, args=["--exit-on-error=false"], wait_for="live")
     e = wait_until(lambda: (x := entry(srv.index(), "broken")) and x.get("state") == "UNAVAILABLE" and x,
                    what="broken to be UNAVAILABLE")
     assert "config.pbtxt:6:1" in e["reason"], e
@@ -242,7 +242,7 @@ def test_strict_model_config_refuses_a_model_without_config(start_server, repo_c
     repo = repo_copy(["add_sub", "autocomplete_add", "identity_fp32"])
     shutil.copytree(repo / "autocomplete_add", repo / "partial")
     (repo / "partial" / "config.pbtxt").write_text('name: "partial"\nplatform: "onnxruntime_onnx"\n')
-    srv = start_server(repo, args=["--strict-model-config=true"], wait_for="live")
+    srv = start_server(repo, args=["--strict-model-config=true", "--exit-on-error=false"], wait_for="live")
 
     def settled():
         index = srv.index()

@@ -1,4 +1,18 @@
-//! Command-line flags, named and defaulted as `tritonserver`'s are.
+//! Command-line flags, named, grouped and defaulted as `tritonserver` 2.51's are: every flag of
+//! Triton's `--help` is known here. This file holds the server, logging, repository, endpoint,
+//! metrics and tracing flags Tritium had first; the newer groups live beside it, one file per
+//! group of Triton's `--help` (`repository`, `network`, `platforms`, `resources`), and `effects`
+//! decides, at start, which given flags have no effect (logged once) and which must stop the
+//! server because running without their effect would be unsafe.
+
+pub mod effects;
+pub mod host_policy;
+pub mod network;
+pub mod platforms;
+pub mod repository;
+pub mod resources;
+#[cfg(test)]
+mod triton_help;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -27,11 +41,23 @@ pub enum ControlMode {
     Explicit,
 }
 
-fn parse_bool(s: &str) -> Result<bool, String> {
+/// A boolean flag value as Triton parses one: `true`, `on` or `1`; `false`, `off` or `0`, in
+/// any case (Triton refuses `yes` and `no`, and so does Tritium).
+pub fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(format!("expected a boolean, got '{s}'")),
+        "1" | "true" | "on" => Ok(true),
+        "0" | "false" | "off" => Ok(false),
+        _ => Err(format!("invalid value for bool option: '{s}' (use true/false, on/off or 1/0)")),
+    }
+}
+
+/// `--metrics-interval-ms`: Triton takes a float; it must be above zero.
+fn parse_interval_ms(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("expected a number of milliseconds, got '{s}'"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("the metrics interval must be above 0 ms, got '{s}'"))
     }
 }
 
@@ -39,115 +65,136 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tritium", version, about, long_about = None)]
 pub struct Cli {
+    /// Identifier of this server: the `name` that server metadata (`GET /v2`, gRPC
+    /// ServerMetadata) reports.
+    #[arg(long, default_value = crate::server::DEFAULT_SERVER_ID, help_heading = "Server")]
+    pub id: String,
+
     /// Path to a model repository; repeat for several. Models are `<repo>/<model>/<version>/`.
-    #[arg(long = "model-repository", alias = "model-store", required = true, action = ArgAction::Append)]
+    /// `--model-store` is the same flag.
+    #[arg(
+        long = "model-repository",
+        visible_alias = "model-store",
+        required = true,
+        action = ArgAction::Append,
+        help_heading = "Model Repository"
+    )]
     pub model_repository: Vec<PathBuf>,
 
     /// How models are loaded and unloaded.
-    #[arg(long, value_enum, default_value_t = ControlMode::None)]
+    #[arg(help_heading = "Model Repository", long, value_enum, default_value_t = ControlMode::None)]
     pub model_control_mode: ControlMode,
 
     /// With --model-control-mode=explicit: a model to load at start; repeat for several, `*` for all.
-    #[arg(long = "load-model", action = ArgAction::Append)]
+    #[arg(help_heading = "Model Repository", long = "load-model", action = ArgAction::Append)]
     pub load_model: Vec<String>,
 
     /// With --model-control-mode=poll: seconds between repository scans.
-    #[arg(long, default_value_t = 15)]
+    #[arg(help_heading = "Model Repository", long, default_value_t = 15)]
     pub repository_poll_secs: u64,
 
     /// When true, every model needs a complete config.pbtxt; when false, missing inputs,
     /// outputs and max_batch_size are completed from the model file.
-    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "Model Repository", long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub strict_model_config: bool,
 
     /// When true, the server is ready only while every model it was asked to load is READY;
     /// when false, once start-up loading has finished.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "Model Repository", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub strict_readiness: bool,
 
     /// Allow the HTTP/REST endpoint.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "HTTP", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub allow_http: bool,
     /// Address the HTTP endpoint binds.
-    #[arg(long, default_value = "0.0.0.0")]
+    #[arg(help_heading = "HTTP", long, default_value = "0.0.0.0")]
     pub http_address: IpAddr,
     /// Port of the HTTP endpoint.
-    #[arg(long, default_value_t = 8000)]
+    #[arg(help_heading = "HTTP", long, default_value_t = 8000)]
     pub http_port: u16,
-    /// HTTP worker threads (0 = one per core).
-    #[arg(long, default_value_t = 0)]
+    /// HTTP worker threads. Tritium's default, 0, means one per core (Triton's is 8): its
+    /// workers only decode and encode, the models run on their own instance threads, so more
+    /// workers than cores only add switching.
+    #[arg(help_heading = "HTTP", long, default_value_t = 0)]
     pub http_thread_count: usize,
     /// Largest HTTP request body accepted, in bytes (Triton's default: 64 MiB).
-    #[arg(long, default_value_t = 1 << 26)]
+    #[arg(help_heading = "HTTP", long, default_value_t = 1 << 26)]
     pub http_max_input_size: usize,
 
     /// Allow the gRPC endpoint.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "GRPC", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub allow_grpc: bool,
     /// Address the gRPC endpoint binds.
-    #[arg(long, default_value = "0.0.0.0")]
+    #[arg(help_heading = "GRPC", long, default_value = "0.0.0.0")]
     pub grpc_address: IpAddr,
     /// Port of the gRPC endpoint.
-    #[arg(long, default_value_t = 8001)]
+    #[arg(help_heading = "GRPC", long, default_value_t = 8001)]
     pub grpc_port: u16,
     /// Milliseconds between HTTP/2 keepalive pings on gRPC connections (Triton's default).
-    #[arg(long, default_value_t = 7_200_000)]
+    #[arg(help_heading = "GRPC", long, default_value_t = 7_200_000)]
     pub grpc_keepalive_time: u64,
     /// Milliseconds to wait for a keepalive ping's answer before closing the connection.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(help_heading = "GRPC", long, default_value_t = 20_000)]
     pub grpc_keepalive_timeout: u64,
     /// Largest gRPC message accepted or sent, in bytes (Triton allows up to 2 GiB).
-    #[arg(long, default_value_t = i32::MAX as usize)]
+    #[arg(help_heading = "GRPC", long, default_value_t = i32::MAX as usize)]
     pub grpc_max_message_size: usize,
     /// Compression of gRPC responses: none, or gzip at any of low, medium, high.
     /// Compressed requests (gzip) are always accepted.
-    #[arg(long, value_enum, default_value_t = Compression::None)]
+    #[arg(help_heading = "GRPC", long, value_enum, default_value_t = Compression::None)]
     pub grpc_infer_response_compression_level: Compression,
 
     /// Allow the Prometheus metrics endpoint.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "Metrics", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub allow_metrics: bool,
     /// Address the metrics endpoint binds (default: the HTTP address).
-    #[arg(long)]
+    #[arg(help_heading = "Metrics", long)]
     pub metrics_address: Option<IpAddr>,
     /// Port of the metrics endpoint (`/metrics`).
-    #[arg(long, default_value_t = 8002)]
+    #[arg(help_heading = "Metrics", long, default_value_t = 8002)]
     pub metrics_port: u16,
-    /// How often host figures (`nv_cpu_*`) are sampled, in milliseconds; the model families are
-    /// read from the engine at each scrape.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub metrics_interval_ms: u64,
+    /// How often host figures (`nv_cpu_*`, `nv_gpu_*`) are sampled, in milliseconds (a number,
+    /// fractions allowed, as Triton); the model families are read from the engine at each scrape.
+    #[arg(help_heading = "Metrics", long, default_value = "2000", value_parser = parse_interval_ms)]
+    pub metrics_interval_ms: f64,
+    /// Serve the GPU families (`nv_gpu_*`, `nv_energy_consumption`). Ignored unless
+    /// --allow-metrics is true.
+    #[arg(help_heading = "Metrics", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub allow_gpu_metrics: bool,
+    /// Serve the CPU families (`nv_cpu_*`). Ignored unless --allow-metrics is true.
+    #[arg(help_heading = "Metrics", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub allow_cpu_metrics: bool,
     /// `<setting>=<value>`, repeatable, as Triton: `counter_latencies=false` drops the
     /// `*_duration_us` counters; `summary_latencies=true` adds per-request summaries with
     /// `summary_quantiles=0.5:0.05,0.9:0.01,...`; `histogram_latencies=true` adds the first-response
     /// histogram of decoupled models.
-    #[arg(long = "metrics-config", action = ArgAction::Append)]
+    #[arg(help_heading = "Metrics", long = "metrics-config", action = ArgAction::Append)]
     pub metrics_config: Vec<String>,
 
     /// Seconds to wait, on SIGINT/SIGTERM, for in-flight requests before exiting.
-    #[arg(long, default_value_t = 30)]
+    #[arg(help_heading = "Server", long, default_value_t = 30)]
     pub exit_timeout_secs: u64,
 
     /// Verbose logging level (0 = off; 1 = Tritium's detail, one line per request received and
     /// answered; 2 adds the libraries' detail; 3 everything). The logging extension
     /// (`/v2/logging`) changes this and the four below while the server runs.
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Logging", long, default_value_t = 0)]
     pub log_verbose: u32,
     /// Log info lines.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "Logging", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub log_info: bool,
     /// Log warnings.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "Logging", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub log_warning: bool,
     /// Log errors.
-    #[arg(long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    #[arg(help_heading = "Logging", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub log_error: bool,
     /// The line prefix: `default` (`I1203 12:00:00.123456 <pid> file.rs:12]`) or `ISO8601`
     /// (`2026-12-03T12:00:00Z I <pid> file.rs:12]`).
-    #[arg(long, value_enum, default_value_t = LogFormat::Default)]
+    #[arg(help_heading = "Logging", long, value_enum, default_value_t = LogFormat::Default)]
     pub log_format: LogFormat,
     /// Append the log to this file instead of writing it to stderr.
-    #[arg(long)]
+    #[arg(help_heading = "Logging", long)]
     pub log_file: Option<PathBuf>,
 
     /// Request tracing, `[triton,]<setting>=<value>`, repeatable, as Triton: `level=TIMESTAMPS`
@@ -155,28 +202,47 @@ pub struct Cli {
     /// after N traces; -1 = never), `triton,file=<path>` (the JSON trace file) and
     /// `triton,log-frequency=N` (write every N traces to `<file>.<index>`; 0 = append each to
     /// the file). The trace extension (`/v2/trace/setting`) changes all but the file.
-    #[arg(long = "trace-config", action = ArgAction::Append)]
+    #[arg(help_heading = "Tracing", long = "trace-config", action = ArgAction::Append)]
     pub trace_config: Vec<String>,
     /// Deprecated: `--trace-config triton,file=<path>`.
-    #[arg(long)]
+    #[arg(help_heading = "Tracing (deprecated)", long)]
     pub trace_file: Option<String>,
     /// Deprecated: `--trace-config level=<level>`; repeatable.
-    #[arg(long, action = ArgAction::Append)]
+    #[arg(help_heading = "Tracing (deprecated)", long, action = ArgAction::Append)]
     pub trace_level: Vec<String>,
     /// Deprecated: `--trace-config rate=<n>`.
-    #[arg(long)]
+    #[arg(help_heading = "Tracing (deprecated)", long)]
     pub trace_rate: Option<u32>,
     /// Deprecated: `--trace-config count=<n>`.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(help_heading = "Tracing (deprecated)", long, allow_negative_numbers = true)]
     pub trace_count: Option<i32>,
     /// Deprecated: `--trace-config triton,log-frequency=<n>`.
-    #[arg(long)]
+    #[arg(help_heading = "Tracing (deprecated)", long)]
     pub trace_log_frequency: Option<u32>,
 
     /// Path of the ONNX Runtime shared library (else $ORT_DYLIB_PATH, else the one that
-    /// `scripts/setup.sh` installs).
-    #[arg(long, env = "ORT_DYLIB_PATH")]
+    /// `scripts/setup.sh` installs). Tritium's own flag.
+    #[arg(long, env = "ORT_DYLIB_PATH", help_heading = "Backend")]
     pub onnxruntime_library: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub repo: repository::RepositoryFlags,
+    #[command(flatten)]
+    pub http_extra: network::HttpFlags,
+    #[command(flatten)]
+    pub grpc_extra: network::GrpcFlags,
+    #[command(flatten)]
+    pub platforms: platforms::PlatformFlags,
+    #[command(flatten)]
+    pub resources: resources::ResourceFlags,
+}
+
+impl Cli {
+    /// Auto-completion of configs is off with `--disable-auto-complete-config` or the
+    /// deprecated `--strict-model-config=true`.
+    pub fn strict_config(&self) -> bool {
+        self.strict_model_config || self.repo.disable_auto_complete_config
+    }
 }
 
 #[cfg(test)]

@@ -155,7 +155,9 @@ fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) 
     // Tritium has no pinned host memory pool (Triton's is for GPU copies): a pool of 0 bytes.
     gauge!("nv_pinned_memory_pool_total_bytes").set(0.0);
     gauge!("nv_pinned_memory_pool_used_bytes").set(0.0);
-    gauge!("nv_cpu_utilization").set(host.cpu_utilization().unwrap_or(0.0));
+    if host.cpu_enabled() {
+        gauge!("nv_cpu_utilization").set(host.cpu_utilization().unwrap_or(0.0));
+    }
     for g in host.gpus() {
         let l = [("gpu_uuid", g.uuid.clone())];
         gauge!("nv_gpu_utilization", &l).set(g.utilization);
@@ -274,18 +276,27 @@ fn install_latency_recorder(config: &MetricsConfig) -> anyhow::Result<Prometheus
     Ok(handle)
 }
 
+/// The host families: how often they are sampled (`--metrics-interval-ms`) and which are
+/// served (`--allow-cpu-metrics`, `--allow-gpu-metrics`).
+#[derive(Debug, Clone, Copy)]
+pub struct HostMetrics {
+    pub interval: Duration,
+    pub cpu: bool,
+    pub gpu: bool,
+}
+
 /// Installs the recorder and returns the metrics HTTP server (not yet awaited), with the
-/// settings of `--metrics-config` and host figures sampled every `interval`. Call it before
+/// settings of `--metrics-config` and host figures sampled every `host.interval`. Call it before
 /// models load: the per-request families of a model are made when it loads (`observer`).
 pub fn serve_with(
     server: Arc<Server>,
     addr: SocketAddr,
     config: MetricsConfig,
-    interval: Duration,
+    host: HostMetrics,
 ) -> anyhow::Result<actix_web::dev::Server> {
     let latency = install_latency_recorder(&config)?;
     let _ = latency::CONFIG.set(config.clone());
-    let host = system::HostFigures::start(interval)?;
+    let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
     let state = web::Data::new(State { server, config, latency, host });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape)))
         .workers(1)

@@ -50,27 +50,38 @@ pub struct HostFigures {
     mem_used: AtomicU64,
     /// The GPUs NVML reports, at the last sample (empty without NVML).
     gpus: Mutex<Vec<GpuSample>>,
+    /// The CPU and RAM figures are sampled (`--allow-cpu-metrics`).
+    cpu: bool,
 }
 
 impl HostFigures {
-    /// Starts sampling every `interval`.
-    pub fn start(interval: Duration) -> std::io::Result<Arc<HostFigures>> {
-        let figures = Arc::new(HostFigures { cpu_bits: AtomicU64::new(u64::MAX), ..Default::default() });
+    /// Starts sampling every `interval`: the CPU and RAM figures unless `cpu` is false
+    /// (`--allow-cpu-metrics`), the GPUs unless `gpu` is false (`--allow-gpu-metrics`; NVML is
+    /// then never opened). Figures not sampled stay absent.
+    pub fn start(interval: Duration, cpu: bool, gpu: bool) -> std::io::Result<Arc<HostFigures>> {
+        let figures = Arc::new(HostFigures { cpu_bits: AtomicU64::new(u64::MAX), cpu, ..Default::default() });
+        if !cpu && !gpu {
+            return Ok(figures);
+        }
         let f = figures.clone();
-        let mut cpu = CpuSampler::default();
-        let _ = cpu.utilization();
-        f.sample_memory();
+        let mut sampler = CpuSampler::default();
+        if cpu {
+            let _ = sampler.utilization();
+            f.sample_memory();
+        }
         std::thread::Builder::new().name("metrics-host".into()).spawn(move || {
-            let gpu = GpuReader::open();
+            let reader = if gpu { GpuReader::open() } else { None };
             loop {
-                if let Some(g) = &gpu {
+                if let Some(g) = &reader {
                     *f.gpus.lock() = g.sample();
                 }
                 std::thread::sleep(interval);
-                if let Some(u) = cpu.utilization() {
-                    f.cpu_bits.store(u.to_bits(), Relaxed);
+                if cpu {
+                    if let Some(u) = sampler.utilization() {
+                        f.cpu_bits.store(u.to_bits(), Relaxed);
+                    }
+                    f.sample_memory();
                 }
-                f.sample_memory();
             }
         })?;
         Ok(figures)
@@ -81,6 +92,11 @@ impl HostFigures {
             self.mem_total.store(total, Relaxed);
             self.mem_used.store(used, Relaxed);
         }
+    }
+
+    /// Whether the `nv_cpu_*` families are served.
+    pub fn cpu_enabled(&self) -> bool {
+        self.cpu
     }
 
     /// CPU utilization over the last interval, once one has passed.
@@ -127,10 +143,18 @@ mod tests {
 
     #[test]
     fn samples_every_interval() {
-        let host = HostFigures::start(Duration::from_millis(20)).unwrap();
+        let host = HostFigures::start(Duration::from_millis(20), true, true).unwrap();
         assert!(host.memory().is_some());
         std::thread::sleep(Duration::from_millis(200));
         let u = host.cpu_utilization().expect("an interval has passed");
         assert!((0.0..=1.0).contains(&u));
+    }
+
+    #[test]
+    fn cpu_figures_off_stay_absent() {
+        let host = HostFigures::start(Duration::from_millis(20), false, false).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!host.cpu_enabled() && host.memory().is_none() && host.cpu_utilization().is_none());
+        assert!(host.gpus().is_empty());
     }
 }

@@ -2,8 +2,8 @@
 //! auto-completion from the model file, validation, the versions to load, their policies,
 //! backend factories and label files. Blocking file I/O: run off the event loops.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tritium_actors::{BackendFactory, Error, ModelPolicy, Result};
@@ -62,8 +62,33 @@ pub struct Prepared {
     pub steps: HashMap<i64, Arc<crate::ensemble::StepFigures>>,
 }
 
-fn read_config(dir: &ModelDir, override_json: Option<&str>, strict: bool) -> Result<ModelConfig> {
-    let path = dir.path.join("config.pbtxt");
+/// How a model is read and prepared, from the flags.
+#[derive(Debug, Clone, Default)]
+pub struct LoadSettings {
+    /// No auto-completion (`--disable-auto-complete-config`, `--strict-model-config=true`).
+    pub strict: bool,
+    /// `--model-config-name`.
+    pub config_name: Option<String>,
+    pub env: BackendEnv,
+    /// `--host-policy <policy>,cpu-cores=...`.
+    pub host_cores: BTreeMap<String, Vec<usize>>,
+}
+
+/// The config file of a model folder: `configs/<name>.pbtxt` when `--model-config-name` is set
+/// and that file exists, else `config.pbtxt` (as Triton).
+pub fn config_path(model_dir: &Path, config_name: Option<&str>) -> PathBuf {
+    if let Some(name) = config_name {
+        let custom = model_dir.join("configs").join(format!("{name}.pbtxt"));
+        if custom.is_file() {
+            return custom;
+        }
+    }
+    model_dir.join("config.pbtxt")
+}
+
+fn read_config(dir: &ModelDir, override_json: Option<&str>, settings: &LoadSettings) -> Result<ModelConfig> {
+    let strict = settings.strict;
+    let path = config_path(&dir.path, settings.config_name.as_deref());
     if let Some(json) = override_json {
         return config::from_json(json);
     }
@@ -72,7 +97,7 @@ fn read_config(dir: &ModelDir, override_json: Option<&str>, strict: bool) -> Res
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if strict {
                 Err(Error::invalid(format!(
-                    "model configuration {} is missing (with --strict-model-config=false it is completed from the model file)",
+                    "model configuration {} is missing (without --disable-auto-complete-config it is completed from the model file)",
                     path.display()
                 )))
             } else {
@@ -108,12 +133,14 @@ fn read_labels(model_dir: &Path, config: &ModelConfig) -> Result<HashMap<String,
 pub fn prepare(
     dir: &ModelDir,
     override_json: Option<&str>,
-    strict: bool,
-    env: &BackendEnv,
+    settings: &LoadSettings,
     router: Arc<super::Router>,
 ) -> Result<Prepared, LoadFailure> {
-    let mut config = read_config(dir, override_json, strict).map_err(LoadFailure::poll)?;
-    if config.name.is_empty() {
+    let mut config = read_config(dir, override_json, settings).map_err(LoadFailure::poll)?;
+    // A folder served under another name (a registered repository's rename, SageMaker's target
+    // model) takes that name whatever its config says.
+    let folder = dir.path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if config.name.is_empty() || folder != dir.name {
         config.name = dir.name.clone();
     } else if config.name != dir.name {
         return Err(LoadFailure::poll(Error::invalid(format!(
@@ -127,7 +154,7 @@ pub fn prepare(
     let versions =
         select_versions(&dir.name, config.version_policy.as_ref(), &on_disk).map_err(|e| LoadFailure::load(None, e))?;
     let latest = *versions.last().expect("select_versions returns at least one");
-    prepare_versions(dir, config, versions, strict, env, router).map_err(|e| LoadFailure::load(Some(latest), e))
+    prepare_versions(dir, config, versions, settings, router).map_err(|e| LoadFailure::load(Some(latest), e))
 }
 
 /// Completes and checks the config, then builds each selected version's policy and factory.
@@ -135,10 +162,10 @@ fn prepare_versions(
     dir: &ModelDir,
     mut config: ModelConfig,
     versions: Vec<i64>,
-    strict: bool,
-    env: &BackendEnv,
+    settings: &LoadSettings,
     router: Arc<super::Router>,
 ) -> Result<Prepared> {
+    let (strict, env) = (settings.strict, &settings.env);
     if !strict {
         let latest = *versions.last().expect("select_versions returns at least one");
         backends::autocomplete(&mut config, &dir.path, latest, env)?;
@@ -152,7 +179,8 @@ fn prepare_versions(
     let versions = versions
         .into_iter()
         .map(|v| {
-            let policy = config::to_policy(&config, v, Some(&dir.path))?;
+            let mut policy = config::to_policy(&config, v, Some(&dir.path))?;
+            config::pin_instances(&mut policy, &config, &settings.host_cores);
             let factory: Arc<dyn BackendFactory> = match &graph {
                 Some(g) => {
                     let figures = Arc::new(crate::ensemble::StepFigures::new(g));
@@ -194,10 +222,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("m/1")).unwrap();
         let model = ModelDir { name: "m".into(), path: dir.path().join("m") };
-        let env = BackendEnv::default();
+        let settings = LoadSettings::default();
         let router = Arc::new(super::super::Router::default());
         for json in [r#""parameters": {"config": {{"max_batch_size": "16"}}}"#, r#"{"name":"other"}"#] {
-            let f = prepare(&model, Some(json), false, &env, router.clone()).err().expect(json);
+            let f = prepare(&model, Some(json), &settings, router.clone()).err().expect(json);
             assert!(matches!(f.stage, Stage::Poll), "{json}: {f:?}");
         }
     }

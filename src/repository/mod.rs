@@ -65,6 +65,30 @@ pub struct RepositoryOptions {
     pub strict_config: bool,
     pub strict_readiness: bool,
     pub backend_env: BackendEnv,
+    /// `--model-config-name`: read `configs/<name>.pbtxt` where a model has it.
+    pub config_name: Option<String>,
+    /// `--model-load-thread-count`: how many loads prepare or start instances at once.
+    pub load_threads: usize,
+    /// `--model-load-retry-count`: further attempts after a failed load.
+    pub load_retries: u32,
+    /// `--host-policy ...,cpu-cores=`: policy name → cores for instance threads.
+    pub host_cores: BTreeMap<String, Vec<usize>>,
+}
+
+impl Default for RepositoryOptions {
+    fn default() -> Self {
+        RepositoryOptions {
+            repositories: Vec::new(),
+            mode: ControlMode::None,
+            strict_config: false,
+            strict_readiness: true,
+            backend_env: BackendEnv::default(),
+            config_name: None,
+            load_threads: 4,
+            load_retries: 0,
+            host_cores: BTreeMap::new(),
+        }
+    }
 }
 
 pub struct RepositoryManager {
@@ -74,12 +98,17 @@ pub struct RepositoryManager {
     records: Mutex<BTreeMap<String, Record>>,
     /// Serializes load and unload of one model.
     locks: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Bounds the loads doing work at once (`--model-load-thread-count`). A load holds a permit
+    /// while it reads its files and while its instances start, never while it waits for an
+    /// ensemble's composing models, so nested loads cannot starve each other.
+    load_permits: tokio::sync::Semaphore,
     startup_done: AtomicBool,
 }
 
 impl RepositoryManager {
     pub fn new(opts: RepositoryOptions, engine: ArbiterHandle) -> Self {
         RepositoryManager {
+            load_permits: tokio::sync::Semaphore::new(opts.load_threads.max(1)),
             opts,
             engine,
             router: Arc::new(Router::default()),
@@ -125,10 +154,14 @@ impl RepositoryManager {
         f(r);
     }
 
-    /// Loads at start: every model (modes none and poll) or the `--load-model` ones.
-    pub async fn load_startup(&self, load_models: &[String]) {
+    /// Loads at start: every model (modes none and poll) or the `--load-model` ones. Returns
+    /// the models that failed, with their reasons (`--exit-on-error` stops the server on any).
+    pub async fn load_startup(&self, load_models: &[String]) -> Vec<(String, String)> {
         let (found, errors) = scan(&self.opts.repositories);
+        let mut failed: Vec<(String, String)> = Vec::new();
         for (name, reason) in errors {
+            tracing::error!("failed to load '{name}': {reason}");
+            failed.push((name.clone(), reason.clone()));
             self.set_record(&name, |r| {
                 r.state = ModelState::Unavailable;
                 r.reason = reason;
@@ -140,12 +173,15 @@ impl RepositoryManager {
             _ => found.keys().cloned().collect(),
         };
         let loads = names.iter().map(|n| async move {
-            if let Err(e) = self.load(n, None, Vec::new()).await {
+            let result = self.load(n, None, Vec::new()).await;
+            if let Err(e) = &result {
                 tracing::error!("failed to load '{n}': {e}");
             }
+            result.err().map(|e| (n.clone(), e.message))
         });
-        futures::future::join_all(loads).await;
+        failed.extend(futures::future::join_all(loads).await.into_iter().flatten());
         self.startup_done.store(true, Relaxed);
+        failed
     }
 
     /// The repository API's load, allowed in explicit mode only (as Triton).
@@ -175,7 +211,8 @@ impl RepositoryManager {
     /// ready, then drain. With `files` (Triton's `file:` parameters) the model is loaded from
     /// those files and `config_json` instead of its folder. A failure answers Triton's text
     /// ("failed to load '<m>', failed to poll from model repository" or "load failed for model
-    /// '<m>': ...") followed by the cause, which the index shows as the reason.
+    /// '<m>': ...") followed by the cause, which the index shows as the reason. A failed load of
+    /// a folder is tried again `--model-load-retry-count` times.
     pub async fn load(&self, name: &str, config_json: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<()> {
         let lock = self.lock_for(name);
         let _guard = lock.lock().await;
@@ -199,7 +236,22 @@ impl RepositoryManager {
                         "failed to load '{name}', failed to poll from model repository"
                     )))
                 }
-                (Some(dir), None) => self.load_dir(dir.clone(), config_json, None).await,
+                (Some(dir), None) => {
+                    let mut attempt = 0;
+                    loop {
+                        match self.load_dir(dir.clone(), config_json.clone(), None).await {
+                            Err(f) if attempt < self.opts.load_retries => {
+                                attempt += 1;
+                                tracing::warn!(
+                                    "failed to load '{name}': {}; retrying ({attempt} of {})",
+                                    f.cause.message,
+                                    self.opts.load_retries
+                                );
+                            }
+                            other => break other,
+                        }
+                    }
+                }
             }
         };
         if let Err(f) = &result {
@@ -227,6 +279,14 @@ impl RepositoryManager {
         result.map_err(|f| f.into_error(name))
     }
 
+    /// One of the `--model-load-thread-count` permits.
+    async fn acquire_load_permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, LoadFailure> {
+        self.load_permits
+            .acquire()
+            .await
+            .map_err(|_| LoadFailure::load(None, Error::unavailable("model loading has stopped")))
+    }
+
     async fn load_dir(
         &self,
         dir: ModelDir,
@@ -246,15 +306,22 @@ impl RepositoryManager {
                 }
             }
         });
-        let strict = self.opts.strict_config;
-        let env = self.opts.backend_env.clone();
+        let settings = load::LoadSettings {
+            strict: self.opts.strict_config,
+            config_name: self.opts.config_name.clone(),
+            env: self.opts.backend_env.clone(),
+            host_cores: self.opts.host_cores.clone(),
+        };
         let router = self.router.clone();
+        let permit = self.acquire_load_permit().await?;
+        tracing::info!("loading '{name}'");
         let prepared =
-            tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), strict, &env, router))
+            tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), &settings, router))
                 .await
                 .map_err(|e| {
                     LoadFailure::load(None, Error::internal(format!("loading model '{name}' panicked: {e}")))
                 })??;
+        drop(permit);
         let latest = prepared.versions.last().map(|(p, _)| p.version);
         let composing = match &prepared.graph {
             Some(graph) => {
@@ -267,6 +334,7 @@ impl RepositoryManager {
             }
             None => Vec::new(),
         };
+        let _permit = self.acquire_load_permit().await?;
         let mut started: Vec<(i64, Arc<LoadedModel>)> = Vec::new();
         for (policy, factory) in prepared.versions {
             let version = policy.version;
@@ -333,7 +401,8 @@ impl RepositoryManager {
             }
             let (found, _) = scan(&self.opts.repositories);
             if let Some(dir) = found.get(&model) {
-                let text = std::fs::read_to_string(dir.path.join("config.pbtxt")).unwrap_or_default();
+                let config_file = load::config_path(&dir.path, self.opts.config_name.as_deref());
+                let text = std::fs::read_to_string(config_file).unwrap_or_default();
                 if text.contains("ensemble_scheduling") {
                     return Err(Error::invalid(format!(
                         "ensemble '{}': composing model '{model}' is an ensemble that is not loaded; load it first",

@@ -43,11 +43,31 @@ pub struct GrpcOptions {
     pub keepalive_timeout: Duration,
     /// Compress responses with gzip (`--grpc-infer-response-compression-level` other than none).
     pub compress_responses: bool,
+    /// `--reuse-grpc-port`.
+    pub reuse_port: bool,
+    /// `--grpc-header-forward-pattern`.
+    pub header_forward: Option<regex::Regex>,
+    /// `--grpc-max-connection-age`.
+    pub max_connection_age: Option<Duration>,
     pub threads: usize,
 }
 
 pub struct GrpcService {
     pub(crate) server: Arc<Server>,
+    /// `--grpc-header-forward-pattern`.
+    pub(crate) header_forward: Option<regex::Regex>,
+}
+
+/// The metadata entries a request carries, as (key, value) for header forwarding (binary
+/// `-bin` entries are not forwarded: Triton's parameters are strings).
+fn metadata_pairs(metadata: &tonic::metadata::MetadataMap) -> Vec<(&str, &[u8])> {
+    metadata
+        .iter()
+        .filter_map(|kv| match kv {
+            tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((k.as_str(), v.as_bytes())),
+            tonic::metadata::KeyAndValueRef::Binary(..) => None,
+        })
+        .collect()
 }
 
 fn tensor_metadata(t: &crate::server::TensorMetadata) -> pb::model_metadata_response::TensorMetadata {
@@ -149,7 +169,15 @@ impl GrpcInferenceService for GrpcService {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let read = std::time::Instant::now();
+        let mut forwarded = tritium_actors::Parameters::new();
+        crate::frontends::forward::forward_headers(
+            self.header_forward.as_ref(),
+            metadata_pairs(request.metadata()),
+            &mut forwarded,
+        )
+        .or_status()?;
         let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
+        request.parameters.extend(forwarded);
         let model = self.server.model(&request.model, request.version).or_status()?;
         if model.handle.policy.decoupled {
             return Err(status(Error::unsupported(format!(
@@ -202,7 +230,14 @@ impl GrpcInferenceService for GrpcService {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
-        Ok(Response::new(stream::start(self.server.clone(), request.into_inner())))
+        let mut forwarded = tritium_actors::Parameters::new();
+        crate::frontends::forward::forward_headers(
+            self.header_forward.as_ref(),
+            metadata_pairs(request.metadata()),
+            &mut forwarded,
+        )
+        .or_status()?;
+        Ok(Response::new(stream::start(self.server.clone(), request.into_inner(), forwarded)))
     }
 
     async fn model_config(

@@ -70,16 +70,23 @@ fn serving_thread(
                 }
                 Some((stream, rx))
             });
-            let mut service = GrpcInferenceServiceServer::new(GrpcService { server: server.clone() })
+            let grpc = GrpcService { server: server.clone(), header_forward: opts.header_forward.clone() };
+            let mut service = GrpcInferenceServiceServer::new(grpc)
                 .max_decoding_message_size(opts.max_message_bytes)
                 .max_encoding_message_size(opts.max_message_bytes)
                 .accept_compressed(CompressionEncoding::Gzip);
             if opts.compress_responses {
                 service = service.send_compressed(CompressionEncoding::Gzip);
             }
-            let result = tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(opts.keepalive_time))
-                .http2_keepalive_timeout(Some(opts.keepalive_timeout))
+                .http2_keepalive_timeout(Some(opts.keepalive_timeout));
+            // At its age a connection gets GOAWAY and finishes its calls (tonic's grace would
+            // instead close it without GOAWAY at age + grace, so it is not used).
+            if let Some(age) = opts.max_connection_age {
+                builder = builder.max_connection_age(age);
+            }
+            let result = builder
                 .add_service(service)
                 .add_service(health::service(server))
                 .serve_with_incoming_shutdown(incoming, stopped(stop))
@@ -93,7 +100,7 @@ fn serving_thread(
 
 /// Binds `addr` and serves on threads of its own; errors binding are returned here.
 pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow::Result<GrpcHandle> {
-    let listener = std::net::TcpListener::bind(addr)?;
+    let listener = crate::frontends::listen::bind(addr, opts.reuse_port)?;
     listener.set_nonblocking(true)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut threads = Vec::new();

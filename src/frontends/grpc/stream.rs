@@ -36,7 +36,13 @@ fn error_response(message: String) -> ModelStreamInferResponse {
     ModelStreamInferResponse { error_message: message, infer_response: None }
 }
 
-pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) -> ResponseStream {
+/// Serves one stream; `forwarded` (the stream's forwarded headers) joins each request's
+/// parameters.
+pub fn start(
+    server: Arc<Server>,
+    mut incoming: Streaming<ModelInferRequest>,
+    forwarded: tritium_actors::Parameters,
+) -> ResponseStream {
     let (out_tx, out_rx) = mpsc::channel::<Result<ModelStreamInferResponse, Status>>(OUT_BUFFER);
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -61,7 +67,7 @@ pub fn start(server: Arc<Server>, mut incoming: Streaming<ModelInferRequest>) ->
             // Submitted here, in arrival order, so a sequence's requests reach the engine in the
             // order the client sent them; the answers are awaited concurrently, and a sequence's
             // turn in its lane (taken here, in the same order) keeps its answers in that order.
-            match submit(&server, request, &lanes) {
+            match submit(&server, request, &forwarded, &lanes) {
                 (Outcome::Failed(message), None) => {
                     // Outside any sequence: nothing to keep in order, answered at once.
                     let _ = out_tx.send(Ok(error_response(message))).await;
@@ -119,7 +125,12 @@ enum Outcome {
 
 /// Decodes and queues one request. A request of a sequence also takes its turn in the
 /// sequence's lane, whether the engine took it or not, so even its error keeps its place.
-fn submit(server: &Server, request: ModelInferRequest, lanes: &Lanes) -> (Outcome, Option<Turn>) {
+fn submit(
+    server: &Server,
+    request: ModelInferRequest,
+    forwarded: &tritium_actors::Parameters,
+    lanes: &Lanes,
+) -> (Outcome, Option<Turn>) {
     let read = std::time::Instant::now();
     let trace = crate::observe::trace::manager().sample(&request.model_name);
     if let Some(t) = &trace {
@@ -130,6 +141,7 @@ fn submit(server: &Server, request: ModelInferRequest, lanes: &Lanes) -> (Outcom
         Ok(d) => d,
         Err(e) => return (Outcome::Failed(e.message), None),
     };
+    request.parameters.extend(forwarded.iter().map(|(k, v)| (k.clone(), v.clone())));
     let turn = request.sequence.as_ref().map(|s| lanes.take(&request.model, &s.id));
     let empty_final =
         matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));

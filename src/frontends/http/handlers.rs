@@ -18,6 +18,13 @@ pub struct ModelPathParams {
     version: Option<String>,
 }
 
+impl ModelPathParams {
+    /// A model path made by another frontend (Vertex AI's redirect header).
+    pub fn new(model: &str, version: Option<&str>) -> ModelPath {
+        web::Path::from(ModelPathParams { model: model.to_string(), version: version.map(str::to_string) })
+    }
+}
+
 /// The model and version of a path. A version that is not a whole number is Triton's 404 (its
 /// routes take digits only), with the text gRPC gives for it.
 pub fn model_and_version(path: &ModelPath) -> Result<(String, Option<i64>)> {

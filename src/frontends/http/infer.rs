@@ -43,8 +43,23 @@ pub async fn infer(
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResult<HttpResponse> {
-    let recv_start = Instant::now();
     let (model, version) = model_and_version(&path)?;
+    let header_length = req.headers().get(HEADER_LENGTH).cloned();
+    infer_model(&state, model, version, &req, payload, header_length).await
+}
+
+/// Runs one inference request of `model` from an HTTP body; `header_length` is the size of
+/// the JSON header when binary tensors follow it (the `Inference-Header-Content-Length` header
+/// here; the SageMaker and Vertex AI frontends take it from their content types).
+pub async fn infer_model(
+    state: &HttpState,
+    model: String,
+    version: Option<i64>,
+    req: &HttpRequest,
+    payload: web::Payload,
+    header_length: Option<actix_web::http::header::HeaderValue>,
+) -> HttpResult<HttpResponse> {
+    let recv_start = Instant::now();
     if let Some(len) = req.headers().get(actix_web::http::header::CONTENT_LENGTH) {
         if let Some(n) = len.to_str().ok().and_then(|s| s.parse::<usize>().ok()) {
             if n > state.max_body_bytes {
@@ -73,12 +88,17 @@ pub async fn infer(
     if let Some(t) = &trace {
         t.record("HTTP_RECV_END");
     }
-    let (json, binary) = split_body(body, req.headers().get(HEADER_LENGTH))?;
-    let (request, plan) = decode_infer(&model, version, &json, binary)?;
+    let (json, binary) = split_body(body, header_length.as_ref())?;
+    let (mut request, plan) = decode_infer(&model, version, &json, binary)?;
+    crate::frontends::forward::forward_headers(
+        state.header_forward.as_ref(),
+        req.headers().iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+        &mut request.parameters,
+    )?;
     let span = request_span(&request);
     async move {
         tracing::debug!("HTTP infer request received");
-        let answer = run(&state, request, &plan, trace).await;
+        let answer = run(state, request, &plan, trace).await;
         match &answer {
             Ok(_) => tracing::debug!("HTTP infer request answered"),
             Err(e) => tracing::debug!("HTTP infer request failed: {e}"),

@@ -4,11 +4,11 @@
 mod binary;
 mod encode;
 mod error;
-mod handlers;
-mod infer;
+pub mod handlers;
+pub mod infer;
 mod infer_json;
 mod observe;
-mod shm;
+pub mod shm;
 mod stats_json;
 mod tensor_json;
 
@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpResponse, HttpServer};
+pub use binary::HEADER_LENGTH;
+pub use error::{error_response, HttpError};
 
 use crate::server::Server;
 
@@ -27,12 +29,17 @@ pub struct HttpOptions {
     /// Largest request body accepted (`--http-max-input-size`).
     pub max_body_bytes: usize,
     pub exit_timeout_secs: u64,
+    /// `--reuse-http-port`.
+    pub reuse_port: bool,
+    /// `--http-header-forward-pattern`.
+    pub header_forward: Option<regex::Regex>,
 }
 
 /// Shared by every handler.
 pub struct HttpState {
     pub server: Arc<Server>,
     pub max_body_bytes: usize,
+    pub header_forward: Option<regex::Regex>,
 }
 
 async fn not_found() -> HttpResponse {
@@ -115,14 +122,15 @@ pub async fn serve(
     addr: SocketAddr,
     opts: HttpOptions,
 ) -> std::io::Result<actix_web::dev::Server> {
-    let state = web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes });
+    let state =
+        web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes, header_forward: opts.header_forward });
     let srv = HttpServer::new(move || {
         App::new().app_data(state.clone()).configure(routes).default_service(web::to(not_found))
     })
     .workers(opts.workers.max(1))
     .shutdown_timeout(opts.exit_timeout_secs)
     .disable_signals()
-    .bind(addr)?
+    .listen(crate::frontends::listen::bind(addr, opts.reuse_port)?)?
     .run();
     Ok(srv)
 }

@@ -1,0 +1,205 @@
+//! What the given flags do at start, beyond their values: every flag that only tunes something
+//! Tritium does not have yields one line for the log (said once, at start, with the reason), and
+//! every flag whose absence of effect would be unsafe — TLS and restricted APIs — stops the
+//! server with a clear message, so that it never serves plaintext or open APIs while the
+//! command line asked otherwise. Triton's own refusals of flag combinations (SageMaker and
+//! Vertex AI on one port, a SageMaker safe port range the other endpoints fall outside) are
+//! here too.
+
+use super::resources::RateLimitMode;
+use super::Cli;
+
+/// Why the server must not start; the message names the flag.
+fn refuse(flag: &str, why: &str) -> String {
+    format!("{flag} was given, but {why}; refusing to start rather than run without it")
+}
+
+const NO_TLS: &str = "Tritium cannot serve gRPC over TLS yet (issue 16), and serving plaintext instead would be unsafe";
+const NO_RESTRICTION: &str =
+    "Tritium cannot restrict APIs by header yet (issue 16), and leaving them open instead would be unsafe";
+
+/// The refusals: `Err` with the first one found.
+pub fn refusals(cli: &Cli) -> Result<(), String> {
+    let g = &cli.grpc_extra;
+    if g.grpc_use_ssl {
+        return Err(refuse("--grpc-use-ssl=true", NO_TLS));
+    }
+    if g.grpc_use_ssl_mutual {
+        return Err(refuse("--grpc-use-ssl-mutual=true", NO_TLS));
+    }
+    for (flag, v) in [
+        ("--grpc-server-cert", &g.grpc_server_cert),
+        ("--grpc-server-key", &g.grpc_server_key),
+        ("--grpc-root-cert", &g.grpc_root_cert),
+    ] {
+        if v.is_some() {
+            return Err(refuse(flag, NO_TLS));
+        }
+    }
+    if let Some(v) = cli.http_extra.http_restricted_api.first() {
+        return Err(refuse(&format!("--http-restricted-api={v}"), NO_RESTRICTION));
+    }
+    if let Some(v) = g.grpc_restricted_protocol.first() {
+        return Err(refuse(&format!("--grpc-restricted-protocol={v}"), NO_RESTRICTION));
+    }
+    let p = &cli.platforms;
+    if p.allow_sagemaker && p.vertex_ai_enabled() {
+        let vertex = p.vertex_ai_port()?;
+        if vertex == p.sagemaker_port {
+            return Err(format!(
+                "the SageMaker and Vertex AI endpoints cannot share port {vertex}: set --sagemaker-port or --vertex-ai-port to another port"
+            ));
+        }
+    }
+    if let (true, Some((low, high))) = (p.allow_sagemaker, p.sagemaker_safe_port_range) {
+        let ports = [
+            (cli.allow_http, "--http-port", cli.http_port),
+            (cli.allow_grpc, "--grpc-port", cli.grpc_port),
+            (cli.allow_metrics, "--metrics-port", cli.metrics_port),
+        ];
+        for (on, flag, port) in ports {
+            if on && !(low..=high).contains(&port) {
+                return Err(format!(
+                    "{flag} {port} is outside --sagemaker-safe-port-range {low}-{high}: move it into the range or turn that endpoint off"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One line per given flag that has no effect in Tritium, with the reason.
+pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut note = |given: bool, flag: &str, why: &str| {
+        if given {
+            notes.push(format!("{flag} has no effect: {why}"));
+        }
+    };
+    let no_gpu_memory = "Tritium keeps no CUDA or pinned memory of its own (issue 26)";
+    let g = &cli.grpc_extra;
+    let r = &cli.resources;
+    note(cli.repo.enable_peer_access.is_some(), "--enable-peer-access", no_gpu_memory);
+    note(
+        g.grpc_infer_allocation_pool_size.is_some(),
+        "--grpc-infer-allocation-pool-size",
+        "Tritium allocates each gRPC request and response, it keeps no pool of them",
+    );
+    let pings = "Tritium's HTTP/2 layer (hyper) sends keepalive pings every --grpc-keepalive-time and has no gRPC-core ping policy";
+    note(g.grpc_keepalive_permit_without_calls.is_some(), "--grpc-keepalive-permit-without-calls", pings);
+    note(g.grpc_http2_max_pings_without_data.is_some(), "--grpc-http2-max-pings-without-data", pings);
+    note(
+        g.grpc_http2_min_recv_ping_interval_without_data.is_some(),
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        pings,
+    );
+    note(g.grpc_http2_max_ping_strikes.is_some(), "--grpc-http2-max-ping-strikes", pings);
+    note(
+        g.grpc_max_connection_age_grace.is_some(),
+        "--grpc-max-connection-age-grace",
+        "past --grpc-max-connection-age a connection gets GOAWAY and its calls finish however long they take",
+    );
+    let builtin = "Tritium's backends are built into the binary (issue 14)";
+    note(r.backend_directory.is_some(), "--backend-directory", builtin);
+    note(!r.backend_config.is_empty(), "--backend-config", builtin);
+    note(r.repoagent_directory.is_some(), "--repoagent-directory", "Tritium has no repository agents");
+    let no_cache = "Tritium has no response cache yet (issue 21); every request runs its model";
+    note(!r.cache_config.is_empty(), "--cache-config", no_cache);
+    note(r.cache_directory.is_some(), "--cache-directory", no_cache);
+    note(r.response_cache_byte_size.is_some(), "--response-cache-byte-size", no_cache);
+    let no_limiter = "Tritium has no rate limiter yet (issue 21); an instance runs as soon as it is free";
+    note(r.rate_limit == Some(RateLimitMode::ExecutionCount), "--rate-limit=execution_count", no_limiter);
+    note(!r.rate_limit_resource.is_empty(), "--rate-limit-resource", no_limiter);
+    note(r.pinned_memory_pool_byte_size.is_some(), "--pinned-memory-pool-byte-size", no_gpu_memory);
+    note(!r.cuda_memory_pool_byte_size.is_empty(), "--cuda-memory-pool-byte-size", no_gpu_memory);
+    note(!r.cuda_virtual_address_size.is_empty(), "--cuda-virtual-address-size", no_gpu_memory);
+    note(r.min_supported_compute_capability.is_some(), "--min-supported-compute-capability", no_gpu_memory);
+    note(
+        r.buffer_manager_thread_count.is_some(),
+        "--buffer-manager-thread-count",
+        "Tritium copies tensors on the threads that handle them",
+    );
+    note(!r.model_load_gpu_limit.is_empty(), "--model-load-gpu-limit", no_gpu_memory);
+    let numa = r.host_policy.iter().any(|s| matches!(s.setting, super::host_policy::HostSetting::NumaNode(_)));
+    note(numa, "--host-policy <policy>,numa-node", "Tritium has no pinned memory pool to place on a NUMA node");
+    let p = &cli.platforms;
+    note(
+        p.sagemaker_safe_port_range.is_some() && !p.allow_sagemaker,
+        "--sagemaker-safe-port-range",
+        "it applies only with --allow-sagemaker=true",
+    );
+    note(
+        p.vertex_ai_default_model.is_some() && !p.vertex_ai_enabled(),
+        "--vertex-ai-default-model",
+        "it applies only with --allow-vertex-ai=true",
+    );
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(["tritium", "--model-repository=/m"].iter().chain(args)).expect("flags parse")
+    }
+
+    #[test]
+    fn tls_and_restricted_apis_refuse_to_start() {
+        for args in [
+            &["--grpc-use-ssl=true"][..],
+            &["--grpc-use-ssl-mutual", "1"],
+            &["--grpc-server-cert=/c.pem"],
+            &["--grpc-server-key", "/k.pem"],
+            &["--grpc-root-cert=/r.pem"],
+            &["--http-restricted-api=model-repository,admin-key=secret"],
+            &["--grpc-restricted-protocol=inference,k=v"],
+        ] {
+            let err = refusals(&cli(args)).expect_err(&format!("{args:?} must refuse"));
+            assert!(err.contains("refusing to start") && err.contains(args[0].split('=').next().unwrap()), "{err}");
+        }
+        assert!(refusals(&cli(&["--grpc-use-ssl=false", "--grpc-use-ssl-mutual=off"])).is_ok());
+    }
+
+    #[test]
+    fn sagemaker_and_vertex_ai_cannot_share_a_port() {
+        let err = refusals(&cli(&["--allow-sagemaker=true", "--allow-vertex-ai=true"])).unwrap_err();
+        assert!(err.contains("cannot share port 8080"), "{err}");
+        assert!(refusals(&cli(&["--allow-sagemaker=true", "--allow-vertex-ai=true", "--vertex-ai-port=8081"])).is_ok());
+    }
+
+    #[test]
+    fn the_safe_port_range_covers_the_other_endpoints() {
+        let err = refusals(&cli(&["--allow-sagemaker=true", "--sagemaker-safe-port-range=9000-9100"])).unwrap_err();
+        assert!(err.contains("--http-port 8000 is outside"), "{err}");
+        let ok = cli(&[
+            "--allow-sagemaker=true",
+            "--sagemaker-safe-port-range=7000-9000",
+            "--allow-metrics=false",
+            "--grpc-port=8500",
+        ]);
+        assert!(refusals(&ok).is_ok());
+    }
+
+    #[test]
+    fn flags_without_effect_are_each_noted_once() {
+        assert!(no_effect_notes(&cli(&[])).is_empty(), "defaults need no note");
+        let notes = no_effect_notes(&cli(&[
+            "--pinned-memory-pool-byte-size=0",
+            "--cuda-memory-pool-byte-size=0:1024",
+            "--cache-config=local,size=1048576",
+            "--rate-limit=execution_count",
+            "--backend-directory=/opt/tritonserver/backends",
+            "--grpc-http2-max-ping-strikes=0",
+            "--host-policy=cpu,numa-node=0",
+        ]));
+        assert_eq!(notes.len(), 7, "{notes:#?}");
+        assert!(notes.iter().all(|n| n.contains("has no effect: ")));
+        assert!(
+            notes[0].starts_with("--pinned-memory-pool-byte-size") || notes.iter().any(|n| n.starts_with("--pinned"))
+        );
+        assert!(no_effect_notes(&cli(&["--rate-limit=off"])).is_empty(), "off is what Tritium does");
+    }
+}

@@ -1,0 +1,108 @@
+//! The HTTP and gRPC flags Triton 2.51 has beyond addresses and ports: port reuse, header
+//! forwarding, TLS, restricted APIs, the gRPC core's keepalive and HTTP/2 ping policy, and
+//! connection age. Which of them take effect, and which stop the server, is `effects`'s call.
+
+use clap::{ArgAction, Args};
+use regex::Regex;
+
+use super::parse_bool;
+
+/// A header-forwarding pattern: a regular expression, anchored at neither end (RE2's partial
+/// match), matched without regard to case — Triton prefixes the pattern with `(?i)` since header
+/// names are case-insensitive.
+fn parse_pattern(s: &str) -> Result<Regex, String> {
+    regex::RegexBuilder::new(s)
+        .case_insensitive(true)
+        .build()
+        .map_err(|e| format!("'{s}' is not a valid regular expression: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_patterns_ignore_case_and_match_anywhere() {
+        let p = parse_pattern("MY_HEADER").unwrap();
+        assert!(p.is_match("my_header_1") && p.is_match("x-My_Header") && !p.is_match("other"));
+        assert!(parse_pattern("(").is_err());
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "HTTP")]
+pub struct HttpFlags {
+    /// Let several servers listen on the same HTTP port (SO_REUSEPORT), each with this set.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub reuse_http_port: bool,
+    /// HTTP headers whose names match this regular expression (anywhere in the name, in any
+    /// case) become string request parameters that backends see, named in lower case.
+    #[arg(long, value_parser = parse_pattern)]
+    pub http_header_forward_pattern: Option<Regex>,
+    /// `<apis>,<key>=<value>`: the APIs that need the header `<key>: <value>`. Not available
+    /// yet: the server refuses to start rather than leave those APIs open.
+    #[arg(long, action = ArgAction::Append)]
+    pub http_restricted_api: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "GRPC")]
+pub struct GrpcFlags {
+    /// Let several servers listen on the same gRPC port (SO_REUSEPORT), each with this set.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub reuse_grpc_port: bool,
+    /// gRPC metadata whose keys match this regular expression (anywhere in the key, in any
+    /// case) become string request parameters that backends see.
+    #[arg(long, value_parser = parse_pattern)]
+    pub grpc_header_forward_pattern: Option<Regex>,
+    /// Triton keeps this many request/response objects for reuse (default 8). Tritium allocates
+    /// per request: accepted, no effect.
+    #[arg(long)]
+    pub grpc_infer_allocation_pool_size: Option<u64>,
+    /// Serve gRPC over TLS. Not available yet: true stops the server rather than serve
+    /// plaintext.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub grpc_use_ssl: bool,
+    /// Serve gRPC over mutual TLS. Not available yet: true stops the server.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub grpc_use_ssl_mutual: bool,
+    /// PEM server certificate for gRPC TLS. Not available yet: given, it stops the server.
+    #[arg(long)]
+    pub grpc_server_cert: Option<String>,
+    /// PEM server key for gRPC TLS. Not available yet: given, it stops the server.
+    #[arg(long)]
+    pub grpc_server_key: Option<String>,
+    /// PEM root certificate for gRPC mutual TLS. Not available yet: given, it stops the server.
+    #[arg(long)]
+    pub grpc_root_cert: Option<String>,
+    /// gRPC core's permission to send keepalive pings without calls in flight (default
+    /// false). Tritium's HTTP/2 layer pings every --grpc-keepalive-time whatever runs: accepted,
+    /// no effect.
+    #[arg(long, value_parser = parse_bool, action = ArgAction::Set)]
+    pub grpc_keepalive_permit_without_calls: Option<bool>,
+    /// gRPC core's limit on pings without data (default 2). Tritium's HTTP/2 layer has no such
+    /// limit: accepted, no effect.
+    #[arg(long, allow_negative_numbers = true)]
+    pub grpc_http2_max_pings_without_data: Option<i64>,
+    /// gRPC core's shortest accepted interval between a client's pings, in ms (default 300000).
+    /// Tritium's HTTP/2 layer does not police pings: accepted, no effect.
+    #[arg(long, allow_negative_numbers = true)]
+    pub grpc_http2_min_recv_ping_interval_without_data: Option<i64>,
+    /// gRPC core's bad pings tolerated before GOAWAY (default 2). Tritium's HTTP/2 layer does
+    /// not police pings: accepted, no effect.
+    #[arg(long, allow_negative_numbers = true)]
+    pub grpc_http2_max_ping_strikes: Option<i64>,
+    /// Milliseconds a gRPC connection may live; then the server sends GOAWAY (default: no
+    /// limit).
+    #[arg(long)]
+    pub grpc_max_connection_age: Option<u64>,
+    /// Milliseconds a connection past its age may finish its calls before it is closed. Not
+    /// enforced: past its age a connection gets GOAWAY and its calls finish however long they
+    /// take (accepted, no effect).
+    #[arg(long)]
+    pub grpc_max_connection_age_grace: Option<u64>,
+    /// `<protocols>,<key>=<value>`: the gRPC protocols that need the metadata `<key>: <value>`.
+    /// Not available yet: the server refuses to start rather than leave them open.
+    #[arg(long, action = ArgAction::Append)]
+    pub grpc_restricted_protocol: Vec<String>,
+}

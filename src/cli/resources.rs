@@ -1,0 +1,140 @@
+//! The flags of Triton's backend, repository-agent, response-cache, rate-limiter and
+//! memory/device groups. Tritium's backends are built in and it has no response cache, rate
+//! limiter, pinned or CUDA pools yet (issues 14, 21, 26): their values are checked for Triton's
+//! syntax here and `effects` logs at start that they have no effect. `--host-policy` takes
+//! effect (see `host_policy`).
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use super::host_policy::{parse_setting, HostPolicySetting};
+
+/// `--rate-limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RateLimitMode {
+    #[value(name = "execution_count")]
+    ExecutionCount,
+    Off,
+}
+
+/// `<integer>:<integer>` (a GPU id and a size).
+fn parse_device_size(s: &str) -> Result<String, String> {
+    let bad = || format!("'{s}' must be <GPU device ID>:<integer>");
+    let (d, n) = s.split_once(':').ok_or_else(bad)?;
+    d.trim().parse::<u32>().map_err(|_| bad())?;
+    n.trim().parse::<u64>().map_err(|_| bad())?;
+    Ok(s.to_string())
+}
+
+/// `<device_id>:<fraction>`, the fraction in (0, 1].
+fn parse_gpu_limit(s: &str) -> Result<String, String> {
+    let bad = || format!("'{s}' must be <device_id>:<fraction> with a fraction in (0, 1]");
+    let (d, f) = s.split_once(':').ok_or_else(bad)?;
+    d.trim().parse::<u32>().map_err(|_| bad())?;
+    let f: f64 = f.trim().parse().map_err(|_| bad())?;
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(bad());
+    }
+    Ok(s.to_string())
+}
+
+/// `<name>,<setting>=<value>` (backend and cache configs).
+fn parse_named_setting(s: &str) -> Result<String, String> {
+    let bad = || format!("'{s}' must be <name>,<setting>=<value>");
+    let (name, kv) = s.split_once(',').ok_or_else(bad)?;
+    if name.is_empty() || !kv.contains('=') {
+        return Err(bad());
+    }
+    Ok(s.to_string())
+}
+
+/// `<resource_name>:<count>[:<device>]`.
+fn parse_resource(s: &str) -> Result<String, String> {
+    let bad = || format!("'{s}' must be <resource_name>:<count>[:<device>]");
+    let parts: Vec<&str> = s.split(':').collect();
+    if !(2..=3).contains(&parts.len()) || parts[0].is_empty() {
+        return Err(bad());
+    }
+    for p in &parts[1..] {
+        p.trim().parse::<u64>().map_err(|_| bad())?;
+    }
+    Ok(s.to_string())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResourceFlags {
+    /// Where Triton looks for backend libraries. Tritium's backends are built in: accepted,
+    /// no effect.
+    #[arg(long, help_heading = "Backend")]
+    pub backend_directory: Option<String>,
+    /// `<backend>,<setting>=<value>` for Triton's backend libraries. Not applied by Tritium's
+    /// built-in backends yet: accepted, no effect.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_named_setting, help_heading = "Backend")]
+    pub backend_config: Vec<String>,
+
+    /// Where Triton looks for repository agents. Tritium has none: accepted, no effect.
+    #[arg(long, help_heading = "Repository Agent")]
+    pub repoagent_directory: Option<String>,
+
+    /// `<cache>,<setting>=<value>` for the response cache. Tritium has none yet: accepted, no
+    /// effect (every request runs its model).
+    #[arg(long, action = ArgAction::Append, value_parser = parse_named_setting, help_heading = "Response Cache")]
+    pub cache_config: Vec<String>,
+    /// Where Triton looks for cache libraries. Accepted, no effect.
+    #[arg(long, help_heading = "Response Cache")]
+    pub cache_directory: Option<String>,
+    /// Deprecated: --cache-config local,size=<n>. Accepted, no effect.
+    #[arg(long, help_heading = "Response Cache")]
+    pub response_cache_byte_size: Option<u64>,
+
+    /// `execution_count` or `off` (default). Tritium has no rate limiter yet: accepted, no
+    /// effect (instances run as soon as they are free, as with `off`).
+    #[arg(long, value_enum, help_heading = "Rate Limiter")]
+    pub rate_limit: Option<RateLimitMode>,
+    /// `<resource_name>:<count>[:<device>]`, repeatable. Accepted, no effect.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_resource, help_heading = "Rate Limiter")]
+    pub rate_limit_resource: Vec<String>,
+
+    /// Pinned host memory for GPU copies (Triton's default 256 MB). Tritium makes no GPU
+    /// copies of its own: accepted, no effect.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub pinned_memory_pool_byte_size: Option<u64>,
+    /// `<GPU id>:<bytes>`, repeatable (Triton's default 64 MB). Accepted, no effect.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_device_size, help_heading = "Memory/Device Management")]
+    pub cuda_memory_pool_byte_size: Vec<String>,
+    /// `<GPU id>:<bytes>`, repeatable (Triton's default 1 GB). Accepted, no effect.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_device_size, help_heading = "Memory/Device Management")]
+    pub cuda_virtual_address_size: Vec<String>,
+    /// The lowest CUDA compute capability used. Accepted, no effect.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub min_supported_compute_capability: Option<f64>,
+    /// Threads Triton uses for tensor copies (default 0). Accepted, no effect.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub buffer_manager_thread_count: Option<u32>,
+    /// `<policy>,<setting>=<value>`, repeatable. `cpu-cores=<list>` (e.g. `0-3,6`) pins every
+    /// instance thread of the policy to those cores; an instance's policy is its
+    /// instance_group's `host_policy`, else `cpu` for KIND_CPU and `gpu_<id>` for KIND_GPU
+    /// instances. `numa-node` is accepted, with no effect.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_setting, help_heading = "Memory/Device Management")]
+    pub host_policy: Vec<HostPolicySetting>,
+    /// `<device_id>:<fraction>`: refuse loads above that share of GPU memory. Accepted, no
+    /// effect.
+    #[arg(long, action = ArgAction::Append, value_parser = parse_gpu_limit, help_heading = "Memory/Device Management")]
+    pub model_load_gpu_limit: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked_for_tritons_syntax() {
+        assert!(parse_device_size("0:67108864").is_ok());
+        assert!(parse_device_size("67108864").is_err());
+        assert!(parse_gpu_limit("0:0.5").is_ok());
+        assert!(parse_gpu_limit("0:1.5").is_err());
+        assert!(parse_named_setting("local,size=1048576").is_ok());
+        assert!(parse_named_setting("local").is_err());
+        assert!(parse_resource("R1:10:0").is_ok() && parse_resource("R1:10").is_ok());
+        assert!(parse_resource("R1").is_err() && parse_resource("R1:x").is_err());
+    }
+}

@@ -1,0 +1,325 @@
+"""Triton's launch line, unchanged (issue 28): every flag of `tritonserver` 2.51's `--help` is known
+to `tritium`, the flags with behaviour do what Triton's do, flags that only tune something
+Tritium lacks are logged once at start, and TLS / restricted-API flags stop the server.
+"""
+import json
+import re
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from helpers import Server, free_ports, identity_config, tritium_bin, wait_until
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tritonserver-2.51-help.txt"
+
+
+def triton_flags():
+    return [m.group(1) for m in re.finditer(r"^  --([a-z0-9-]+)", FIXTURE.read_text(), re.M)]
+
+
+def run_to_exit(args, timeout=30):
+    """Runs tritium with `args` until it exits; (exit code, output)."""
+    p = subprocess.run([str(tritium_bin()), *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def add_model(repo: Path, name: str, config: str):
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(config)
+
+
+def add_broken(repo: Path, name="broken"):
+    add_model(repo, name, identity_config(name) + "not_a_field: 3\n")
+
+
+def test_help_explains_every_triton_flag():
+    flags = triton_flags()
+    assert len(flags) == 87
+    code, out = run_to_exit(["--help"])
+    assert code == 0, out
+    missing = [f for f in flags if not re.search(rf"--{re.escape(f)}\b", out)]
+    assert not missing, f"tritium --help does not mention: {missing}"
+    # Where Tritium keeps a different default, --help says so.
+    assert "Triton's is 8" in out
+
+
+def test_id_is_the_server_name(start_server, repo_copy):
+    srv = start_server(repo_copy(["identity"]), args=["--id", "foo"])
+    meta = srv.get("/v2").json()
+    assert meta["name"] == "foo" and meta["version"] != "2.51.0", meta
+    grpc = grpcclient.InferenceServerClient(srv.grpc_url)
+    assert grpc.get_server_metadata().name == "foo"
+    grpc.close()
+
+
+@pytest.mark.parametrize("flag", [
+    "--grpc-use-ssl=true", "--grpc-use-ssl-mutual=1", "--grpc-server-cert=/tmp/c.pem",
+    "--grpc-server-key=/tmp/k.pem", "--grpc-root-cert=/tmp/r.pem",
+    "--http-restricted-api=model-repository,admin-key=secret",
+    "--grpc-restricted-protocol=inference,admin-key=secret",
+])
+def test_unsafe_flags_refuse_to_start(tmp_path, flag):
+    http, grpc, metrics = free_ports(3)
+    code, out = run_to_exit(["--model-repository", str(tmp_path), f"--http-port={http}",
+                             f"--grpc-port={grpc}", f"--metrics-port={metrics}", flag])
+    assert code != 0, out
+    assert "refusing to start" in out and flag.split("=")[0] in out, out
+    assert "started HTTPService" not in out and "started GRPCInferenceService" not in out, out
+
+
+def test_sagemaker_and_vertex_ai_on_one_port_are_refused(tmp_path):
+    code, out = run_to_exit(["--model-repository", str(tmp_path), "--allow-sagemaker=true",
+                             "--allow-vertex-ai=true", "--allow-http=false", "--allow-grpc=false",
+                             "--allow-metrics=false"])
+    assert code != 0 and "cannot share port 8080" in out, out
+
+
+def test_bad_values_are_refused_with_tritons_syntax(tmp_path):
+    for flag in ["--exit-on-error=yes", "--host-policy=cpu,cpu-cores=3-1", "--rate-limit=sometimes",
+                 "--cuda-memory-pool-byte-size=64", "--model-config-name=a b",
+                 "--http-header-forward-pattern=(", "--model-load-thread-count=0"]:
+        code, out = run_to_exit(["--model-repository", str(tmp_path), flag])
+        assert code == 2 and "error: invalid value" in out, (flag, out)
+
+
+def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
+    flags = ["--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
+             "--backend-directory=/opt/tritonserver/backends", "--backend-config=onnxruntime,x=y",
+             "--cache-config=local,size=1048576", "--rate-limit=execution_count",
+             "--rate-limit-resource=R1:4", "--grpc-infer-allocation-pool-size=16",
+             "--grpc-keepalive-permit-without-calls=1", "--grpc-http2-max-ping-strikes=0",
+             "--enable-peer-access=false", "--repoagent-directory=/x", "--buffer-manager-thread-count=2",
+             "--min-supported-compute-capability=6.0", "--model-load-gpu-limit=0:0.5",
+             "--cuda-virtual-address-size=0:1073741824", "--response-cache-byte-size=0",
+             "--grpc-http2-max-pings-without-data=0", "--grpc-http2-min-recv-ping-interval-without-data=1000",
+             "--cache-directory=/x", "--host-policy=cpu,numa-node=0"]
+    srv = start_server(repo_copy(["identity"]), args=flags)
+    log = srv.log_tail(200_000)
+    for flag in flags:
+        name = flag.split("=")[0]
+        lines = [l for l in log.splitlines() if "has no effect" in l and re.search(rf"\] {re.escape(name)}[ =]", l)]
+        assert len(lines) == 1, (flag, lines)
+
+
+def test_exit_on_error_stops_the_server_unless_false(start_server, repo_copy, tmp_path):
+    repo = repo_copy(["identity"])
+    add_broken(repo)
+    srv = Server(repo, log_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        srv.start()
+    assert "failed to load all models" in srv.log_tail() and "'broken'" in srv.log_tail()
+    srv = start_server(repo, args=["--exit-on-error=false"], wait_for="live")
+    index = wait_until(lambda: (i := {e["name"]: e for e in srv.index()}) and i.get("identity", {}).get("state") == "READY" and i)
+    assert index["broken"]["state"] == "UNAVAILABLE" and "not_a_field" in index["broken"]["reason"], index
+    assert srv.get("/v2/health/ready").status_code == 400, "strict readiness: not every model loaded"
+
+
+def test_a_failed_load_after_start_never_stops_the_server(start_server, repo_copy):
+    repo = repo_copy(["identity"])
+    srv = start_server(repo, args=["--model-control-mode=explicit", "--load-model=identity"])
+    add_broken(repo)
+    assert srv.post("/v2/repository/models/broken/load").status_code == 400
+    assert srv.alive() and srv.get("/v2/models/identity/ready").status_code == 200
+
+
+def test_model_config_name_picks_configs_name_pbtxt(start_server, repo_copy):
+    repo = repo_copy(["identity_fp32", "identity"])
+    (repo / "identity_fp32" / "configs").mkdir()
+    custom = (repo / "identity_fp32" / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 4")
+    (repo / "identity_fp32" / "configs" / "h100.pbtxt").write_text(custom)
+    srv = start_server(repo, args=["--model-config-name=h100"])
+    assert srv.get("/v2/models/identity_fp32/config").json()["max_batch_size"] == 4
+    # A model without configs/h100.pbtxt reads its config.pbtxt.
+    assert srv.get("/v2/models/identity/config").json()["name"] == "identity"
+
+
+def test_disable_auto_complete_config(start_server, repo_copy):
+    repo = repo_copy(["autocomplete_add", "identity"])
+    srv = start_server(repo)
+    assert srv.get("/v2/models/autocomplete_add/ready").status_code == 200, "completed from the ONNX file by default"
+    srv.stop()
+    srv = start_server(repo, args=["--disable-auto-complete-config", "--exit-on-error=false"], wait_for="live")
+    e = wait_until(lambda: (x := {i["name"]: i for i in srv.index()}.get("autocomplete_add"))
+                   and x.get("state") == "UNAVAILABLE" and x)
+    assert "config.pbtxt" in e["reason"] and "missing" in e["reason"], e
+
+
+def _load_span(log: str, names) -> float:
+    """Seconds between the first and last 'successfully loaded' of `names` (default log format)."""
+    times = []
+    for line in log.splitlines():
+        m = re.search(r"successfully loaded '([^']+)'", line)
+        if m and m.group(1) in names:
+            times.append(_stamp(line))
+    assert len(times) == len(names), log[-3000:]
+    return max(times) - min(times)
+
+
+def _stamp(line: str) -> float:
+    # default format: I1204 14:03:22.123456 <pid> file.rs:12] ...
+    hms = line.split()[1]
+    h, m, s = hms.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+def test_model_load_thread_count_bounds_parallel_loads(start_server, tmp_path):
+    names = [f"slow_load_{i}" for i in range(4)]
+    repo = tmp_path / "slowloads"
+    for n in names:
+        add_model(repo, n, identity_config(n) + 'parameters { key: "load_delay_ms" value: { string_value: "400" } }\n')
+    one = start_server(repo, args=["--model-load-thread-count=1"])
+    span_one = _load_span(one.log_tail(200_000), names)
+    one.stop()
+    four = start_server(repo, args=["--model-load-thread-count=4"])
+    span_four = _load_span(four.log_tail(200_000), names)
+    # One at a time: each of the last three waits for the one before (0.4 s each).
+    assert span_one >= 1.15, span_one
+    assert span_four < span_one - 0.5, (span_four, span_one)
+
+
+def test_model_load_retry_count(start_server, repo_copy):
+    repo = repo_copy(["identity"])
+    add_broken(repo)
+    srv = start_server(repo, args=["--model-load-retry-count=2", "--exit-on-error=false"], wait_for="live")
+    wait_until(lambda: any(e["name"] == "broken" and e.get("state") == "UNAVAILABLE" for e in srv.index()))
+    retries = re.findall(r"failed to load 'broken'.*retrying \((\d) of 2\)", srv.log_tail(200_000))
+    assert retries == ["1", "2"], retries
+
+
+def test_cpu_metrics_can_be_turned_off(start_server, repo_copy):
+    on = start_server(repo_copy(["identity"]))
+    assert "nv_cpu_utilization" in requests.get(on.metrics_url, timeout=10).text
+    off = start_server(repo_copy(["identity"]), args=["--allow-cpu-metrics=false", "--allow-gpu-metrics=false"])
+    text = requests.get(off.metrics_url, timeout=10).text
+    assert "nv_cpu_" not in text and "nv_gpu_" not in text, text
+    assert "nv_inference_count" in text, "the model families stay"
+
+
+def test_reuse_http_port_lets_two_servers_share_it(start_server, repo_copy, tmp_path):
+    first = start_server(repo_copy(["identity"]), args=["--reuse-http-port=true", "--allow-grpc=false",
+                                                        "--allow-metrics=false"])
+    second = Server(repo_copy(["identity"]), log_dir=tmp_path,
+                    args=["--reuse-http-port=true", "--allow-grpc=false", "--allow-metrics=false"])
+    second.http_port = first.http_port
+    try:
+        # Readiness on the shared port may be the first's answer: wait for the second's own log.
+        second.start()
+        wait_until(lambda: "started HTTPService" in second.log_tail() and "successfully loaded" in second.log_tail())
+        assert second.alive() and first.alive()
+    finally:
+        assert second.stop() == 0
+    # A server without the flag cannot take the port.
+    code, out = run_to_exit(["--model-repository", str(tmp_path), "--http-address=127.0.0.1",
+                             f"--http-port={first.http_port}", "--allow-grpc=false", "--allow-metrics=false"])
+    assert code == 1 and "cannot start the HTTP endpoint" in out, out
+
+
+def _h2_frames(sock, until: float):
+    """Reads HTTP/2 frames until `until`; yields (type, payload)."""
+    buf = b""
+    while time.monotonic() < until:
+        sock.settimeout(max(0.05, until - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            return
+        buf += chunk
+        while len(buf) >= 9:
+            length = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + length:
+                break
+            yield buf[3], buf[9:9 + length]
+            buf = buf[9 + length:]
+
+
+def test_grpc_max_connection_age_sends_goaway(start_server, repo_copy):
+    srv = start_server(repo_copy(["identity"]), args=["--grpc-max-connection-age=500"])
+    s = socket.create_connection(("127.0.0.1", srv.grpc_port))
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] + b"\x04\x00" + b"\x00\x00\x00\x00")
+    start = time.monotonic()
+    goaway = next((time.monotonic() - start for t, _ in _h2_frames(s, start + 5) if t == 0x7), None)
+    s.close()
+    assert goaway is not None and 0.3 < goaway < 3, goaway
+
+
+def test_header_forwarding_reaches_the_backend(start_server, tmp_path):
+    repo = tmp_path / "echo"
+    add_model(repo, "echo", """
+name: "echo"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters { key: "echo_parameters_output" value: { string_value: "PARAMS" } }
+""")
+    # Triton's patterns ignore case and match anywhere in the name.
+    srv = start_server(repo, args=["--http-header-forward-pattern=^MY_HEADER_", "--grpc-header-forward-pattern=y-header"])
+    x = np.ones(3, dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [3], "FP32")
+    inp.set_data_from_numpy(x)
+    res = srv.client.infer("echo", [inp], headers={"My_Header_1": "v1", "other": "no", "my_header_2": "v2"},
+                           parameters={"own": 5})
+    params = json.loads(res.as_numpy("PARAMS")[0])
+    assert params == {"my_header_1": "v1", "my_header_2": "v2", "own": 5}, params
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    ginp = grpcclient.InferInput("INPUT0", [3], "FP32")
+    ginp.set_data_from_numpy(x)
+    res = g.infer("echo", [ginp], headers={"my-header-a": "A", "x-other": "no"})
+    assert json.loads(res.as_numpy("PARAMS")[0]) == {"my-header-a": "A"}
+    g.close()
+    # Without the flag nothing is forwarded; a reserved name is refused as Triton refuses it.
+    r = srv.post("/v2/models/echo/infer", {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1]}]},
+                 headers={"my_header_x": "1"})
+    assert r.status_code == 200
+    plain = start_server(repo)
+    res = plain.client.infer("echo", [inp], headers={"my_header_1": "v1"})
+    assert json.loads(res.as_numpy("PARAMS")[0]) == {}
+
+
+def test_header_forwarding_refuses_reserved_names(start_server, tmp_path):
+    repo = tmp_path / "echo2"
+    add_model(repo, "e", identity_config("e"))
+    srv = start_server(repo, args=["--http-header-forward-pattern=.*"])
+    r = srv.post("/v2/models/e/infer", {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1]}]},
+                 headers={"priority": "1"})
+    assert r.status_code == 400 and "reserved for Triton usage" in r.json()["error"], r.text
+
+
+def _instance_threads(pid: int):
+    """(thread name, allowed cores) of each instance thread of `pid`."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        name = (task / "comm").read_text().strip()
+        if name.startswith("inst-"):
+            status = (task / "status").read_text()
+            out.append((name, re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)))
+    return out
+
+
+def test_host_policy_pins_instance_threads(start_server, tmp_path):
+    repo = tmp_path / "pinned"
+    add_model(repo, "pinned", identity_config("pinned", count=2))
+    add_model(repo, "free", identity_config("free"))
+    add_model(repo, "other", identity_config("other").replace(
+        "instance_group [ { kind: KIND_CPU count: 1 } ]",
+        'instance_group [ { kind: KIND_CPU count: 1 host_policy: "mine" } ]'))
+    srv = start_server(repo, args=["--host-policy=cpu,cpu-cores=0", "--host-policy=mine,cpu-cores=1"])
+    threads = _instance_threads(srv.proc.pid)
+    by_model = {}
+    for name, cores in threads:
+        by_model.setdefault(name.split("-", 1)[1].split("_")[0], []).append(cores)
+    assert by_model["pinned"] == ["0", "0"], threads
+    assert by_model["free"] == ["0"], "KIND_CPU instances take the 'cpu' policy"
+    assert by_model["other"] == ["1"], "a group's host_policy names its own"
+    plain = start_server(repo)
+    assert all(c != "0" for _, c in _instance_threads(plain.proc.pid)), "no policy: no pinning"
