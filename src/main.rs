@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser;
 use tritium_actors::Engine;
 
 use crate::backends::BackendEnv;
@@ -251,7 +250,7 @@ fn num_workers() -> usize {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_with_env();
     if let Err(e) = init_observe(&cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

@@ -100,7 +100,8 @@ def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
              "--min-supported-compute-capability=6.0", "--model-load-gpu-limit=0:0.5",
              "--cuda-virtual-address-size=0:1073741824", "--response-cache-byte-size=0",
              "--grpc-http2-max-pings-without-data=0", "--grpc-http2-min-recv-ping-interval-without-data=1000",
-             "--cache-directory=/x", "--host-policy=cpu,numa-node=0"]
+             "--cache-directory=/x", "--host-policy=cpu,numa-node=0", "--model-namespacing=true",
+             "--grpc-max-connection-age-grace=100"]
     srv = start_server(repo_copy(["identity"]), args=flags)
     log = srv.log_tail(200_000)
     for flag in flags:

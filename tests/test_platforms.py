@@ -4,13 +4,14 @@ SAGEMAKER_TRITON_DEFAULT_MODEL_NAME), Vertex AI's health and predict routes from
 and AIP_PREDICT_ROUTE with the default model and the X-Vertex-Ai-Triton-Redirect header.
 """
 import json
+import socket
 import subprocess
 
 import numpy as np
 import pytest
 import requests
 
-from helpers import binary_request, free_ports, split_binary_response, tritium_bin
+from helpers import Server, binary_request, free_ports, split_binary_response, tritium_bin, wait_until
 
 SAGEMAKER_MIME = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 VERTEX_MIME = "application/vnd.vertex-ai-triton.binary+json;json-header-size="
@@ -174,9 +175,28 @@ def test_vertex_ai_refuses_to_start_without_routes_or_a_default_model(repo_copy,
     assert code == 1 and message in out, out
 
 
-def test_aip_mode_prediction_turns_vertex_ai_on(start_server, repo_copy, clean_env):
+def test_aip_mode_prediction_turns_vertex_ai_on_and_http_grpc_off(start_server, repo_copy, clean_env, tmp_path):
     port = free_ports(1)[0]
     vertex_env(clean_env, port)
     clean_env.setenv("AIP_MODE", "PREDICTION")
-    start_server(repo_copy(["add_sub"]))
+    # Asked for explicitly, HTTP stays on beside Vertex AI.
+    srv = start_server(repo_copy(["add_sub"]), args=["--allow-http=true"])
     assert requests.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+    assert srv.stop() == 0
+    # Not asked for: only Vertex AI serves.
+    lone = Server(repo_copy(["add_sub"]), log_dir=tmp_path)
+    lone.proc = subprocess.Popen(lone.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _get(f"http://127.0.0.1:{port}/health") == 200, what="Vertex AI health")
+        assert _get(f"{lone.base}/v2/health/live") is None, "HTTP is off"
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", lone.grpc_port), timeout=2).close()
+    finally:
+        lone.kill()
+
+
+def _get(url):
+    try:
+        return requests.get(url, timeout=5).status_code
+    except requests.RequestException:
+        return None

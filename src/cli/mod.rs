@@ -238,6 +238,31 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// The command line, with Vertex AI's environment applied as Triton applies it:
+    /// `AIP_MODE=PREDICTION` turns the HTTP and gRPC endpoints off unless their `--allow-*`
+    /// flags are given (Vertex AI's own endpoint serves instead).
+    pub fn parse_with_env() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().get_matches();
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        cli.apply_aip_mode(&matches, platforms::aip_prediction_mode());
+        cli
+    }
+
+    fn apply_aip_mode(&mut self, matches: &clap::ArgMatches, prediction: bool) {
+        use clap::parser::ValueSource;
+        if !prediction {
+            return;
+        }
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        if !given("allow_http") {
+            self.allow_http = false;
+        }
+        if !given("allow_grpc") {
+            self.allow_grpc = false;
+        }
+    }
+
     /// Auto-completion of configs is off with `--disable-auto-complete-config` or the
     /// deprecated `--strict-model-config=true`.
     pub fn strict_config(&self) -> bool {
@@ -272,6 +297,22 @@ mod tests {
         assert_eq!(cli.log_verbose, 0);
         assert!(cli.log_info && cli.log_warning && cli.log_error);
         assert_eq!(cli.grpc_infer_response_compression_level, Compression::None);
+    }
+
+    #[test]
+    fn aip_mode_prediction_turns_http_and_grpc_off_unless_asked() {
+        use clap::{CommandFactory, FromArgMatches};
+        let run = |args: &[&str], prediction: bool| {
+            let argv = ["tritium", "--model-repository=/m"].iter().chain(args).copied();
+            let matches = Cli::command().try_get_matches_from(argv).unwrap();
+            let mut cli = Cli::from_arg_matches(&matches).unwrap();
+            cli.apply_aip_mode(&matches, prediction);
+            (cli.allow_http, cli.allow_grpc)
+        };
+        assert_eq!(run(&[], false), (true, true));
+        assert_eq!(run(&[], true), (false, false));
+        assert_eq!(run(&["--allow-http=true"], true), (true, false));
+        assert_eq!(run(&["--allow-grpc", "1"], true), (false, true));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The flags of Triton's SageMaker and Vertex AI frontends, with Triton's defaults, including
-//! the ones Vertex AI's environment sets (`AIP_MODE=PREDICTION` turns Vertex AI on,
-//! `AIP_HTTP_PORT` is its port).
+//! the ones Vertex AI's environment sets (`AIP_MODE=PREDICTION` turns Vertex AI on and, unless
+//! asked for, HTTP and gRPC off — see `Cli::parse_with_env`; `AIP_HTTP_PORT` is its port).
 
 use clap::{ArgAction, Args};
 
@@ -34,8 +34,9 @@ pub struct PlatformFlags {
     pub sagemaker_thread_count: u32,
 
     /// Serve the Vertex AI routes (health and predict, as $AIP_HEALTH_ROUTE and
-    /// $AIP_PREDICT_ROUTE name them) on --vertex-ai-port. Default true when AIP_MODE=PREDICTION,
-    /// else false.
+    /// $AIP_PREDICT_ROUTE name them) on --vertex-ai-port. Default true when AIP_MODE=PREDICTION
+    /// (which also turns HTTP and gRPC off unless --allow-http / --allow-grpc are given), else
+    /// false.
     #[arg(long, value_parser = parse_bool, action = ArgAction::Set, help_heading = "Vertex")]
     pub allow_vertex_ai: Option<bool>,
     /// Port of the Vertex AI endpoint. Default $AIP_HTTP_PORT, else 8080.

@@ -40,9 +40,9 @@ pub struct RepositoryFlags {
     #[arg(long, default_value_t = 0)]
     pub model_load_retry_count: u32,
 
-    /// With true, a model name may appear in several repositories: each repository is a
-    /// namespace, and a model is found by name while only one namespace has it. Default false
-    /// (a name in two repositories makes that model unavailable).
+    /// Triton's model namespaces (one per repository, so that one name may be served from
+    /// several). Tritium has no namespaces yet: accepted (default false), and true is logged
+    /// as having no effect — a name in two repositories stays unavailable.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub model_namespacing: bool,
 
