@@ -200,3 +200,42 @@ def _get(url):
         return requests.get(url, timeout=5).status_code
     except requests.RequestException:
         return None
+
+
+def test_sagemaker_multi_model_load_invoke_list_unload(start_server, repo_copy, clean_env, tmp_path):
+    import shutil
+    port = free_ports(1)[0]
+    srv = start_server(repo_copy(["identity_fp32"]), args=[
+        "--allow-sagemaker=true", f"--sagemaker-port={port}", "--model-control-mode=explicit"])
+    base = f"http://127.0.0.1:{port}"
+    # SageMaker unpacks each model archive to <root>/<hash>/model/ (the model's own folder).
+    source = repo_copy(["add_sub"]) / "add_sub"
+    shutil.copytree(source, tmp_path / "mme" / "abc123" / "model")
+    url = str(tmp_path / "mme" / "abc123" / "model")
+    assert requests.get(f"{base}/models", timeout=10).json() == {"models": []}
+    assert requests.get(f"{base}/models/abc123", timeout=10).status_code == 404
+    r = requests.post(f"{base}/models", json={"model_name": "abc123", "url": url},
+                      headers={"X-Amzn-SageMaker-Target-Model": "add_sub.tar.gz"}, timeout=60)
+    assert r.status_code == 200, r.text
+    # Loaded again: the repository is registered already.
+    r = requests.post(f"{base}/models", json={"model_name": "abc123", "url": url},
+                      headers={"X-Amzn-SageMaker-Target-Model": "add_sub.tar.gz"}, timeout=60)
+    assert r.status_code == 409, r.text
+    root = str(tmp_path / "mme" / "abc123")
+    assert requests.get(f"{base}/models", timeout=10).json() == {"models": [{"modelName": "abc123", "modelUrl": root}]}
+    assert requests.get(f"{base}/models/abc123", timeout=10).json() == {"modelName": "abc123", "modelUrl": root}
+    r = requests.post(f"{base}/models/abc123/invoke", json=ADD_SUB,
+                      headers={"X-Amzn-SageMaker-Target-Model": "add_sub.tar.gz"}, timeout=30)
+    assert r.status_code == 200, r.text
+    check_add_sub(r.json())
+    # The model serves under its target name on the v2 endpoint too.
+    assert srv.get("/v2/models/add_sub.tar.gz/ready").status_code == 200
+    assert requests.post(f"{base}/models/nope/invoke", json=ADD_SUB, timeout=30).status_code == 404
+    r = requests.delete(f"{base}/models/abc123", headers={"X-Amzn-SageMaker-Target-Model": "add_sub.tar.gz"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert requests.get(f"{base}/models", timeout=10).json() == {"models": []}
+    assert srv.get("/v2/models/add_sub.tar.gz/ready").status_code != 200
+    assert requests.delete(f"{base}/models/abc123", timeout=10).status_code == 404
+    # Bad load requests.
+    assert requests.post(f"{base}/models", json={"model_name": "x", "url": "/proc/self"}, timeout=10).status_code == 400
+    assert requests.post(f"{base}/models", json={"model_name": "x"}, timeout=10).status_code == 400

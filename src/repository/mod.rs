@@ -5,6 +5,7 @@
 
 pub mod load;
 pub mod overrides;
+pub mod registered;
 pub mod router;
 pub mod scan;
 
@@ -19,7 +20,7 @@ use dashmap::DashMap;
 use load::LoadFailure;
 use parking_lot::Mutex;
 pub use router::Router;
-use scan::{fingerprint, scan, ModelDir};
+use scan::{fingerprint, ModelDir};
 use tritium_actors::{Error, ModelHandle, Result};
 
 use crate::backends::BackendEnv;
@@ -102,6 +103,8 @@ pub struct RepositoryManager {
     /// while it reads its files and while its instances start, never while it waits for an
     /// ensemble's composing models, so nested loads cannot starve each other.
     load_permits: tokio::sync::Semaphore,
+    /// Repositories registered while running (SageMaker's multi-model routes).
+    registered: registered::Registered,
     startup_done: AtomicBool,
 }
 
@@ -109,6 +112,7 @@ impl RepositoryManager {
     pub fn new(opts: RepositoryOptions, engine: ArbiterHandle) -> Self {
         RepositoryManager {
             load_permits: tokio::sync::Semaphore::new(opts.load_threads.max(1)),
+            registered: registered::Registered::default(),
             opts,
             engine,
             router: Arc::new(Router::default()),
@@ -120,6 +124,21 @@ impl RepositoryManager {
 
     pub fn router(&self) -> &Router {
         &self.router
+    }
+
+    /// The model folders of the command line's repositories and the registered ones.
+    fn scan(&self) -> (BTreeMap<String, ModelDir>, BTreeMap<String, String>) {
+        self.registered.scan_with(&self.opts.repositories)
+    }
+
+    /// Registers a repository while running; `rename` serves one of its folders under another
+    /// name (Triton's repository registration, as SageMaker's multi-model load uses it).
+    pub fn register_repository(&self, path: &std::path::Path, rename: Option<(String, String)>) -> Result<()> {
+        self.registered.register(path, rename)
+    }
+
+    pub fn unregister_repository(&self, path: &std::path::Path) -> Result<()> {
+        self.registered.unregister(path)
     }
 
     /// Ready once the start-up loads are done and (with strict readiness) every model that
@@ -157,7 +176,7 @@ impl RepositoryManager {
     /// Loads at start: every model (modes none and poll) or the `--load-model` ones. Returns
     /// the models that failed, with their reasons (`--exit-on-error` stops the server on any).
     pub async fn load_startup(&self, load_models: &[String]) -> Vec<(String, String)> {
-        let (found, errors) = scan(&self.opts.repositories);
+        let (found, errors) = self.scan();
         let mut failed: Vec<(String, String)> = Vec::new();
         for (name, reason) in errors {
             tracing::error!("failed to load '{name}': {reason}");
@@ -216,7 +235,7 @@ impl RepositoryManager {
     pub async fn load(&self, name: &str, config_json: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<()> {
         let lock = self.lock_for(name);
         let _guard = lock.lock().await;
-        let (found, errors) = scan(&self.opts.repositories);
+        let (found, errors) = self.scan();
         let result = if !files.is_empty() {
             // Model files can be large: write them off the event loop.
             let (model, has_config) = (name.to_string(), config_json.is_some());
@@ -399,7 +418,7 @@ impl RepositoryManager {
             if self.router.get(&model, version).is_ok() {
                 continue;
             }
-            let (found, _) = scan(&self.opts.repositories);
+            let (found, _) = self.scan();
             if let Some(dir) = found.get(&model) {
                 let config_file = load::config_path(&dir.path, self.opts.config_name.as_deref());
                 let text = std::fs::read_to_string(config_file).unwrap_or_default();
@@ -425,7 +444,7 @@ impl RepositoryManager {
         let lock = self.lock_for(name);
         let _guard = lock.lock().await;
         let known = self.records.lock().contains_key(name);
-        let (found, _) = scan(&self.opts.repositories);
+        let (found, _) = self.scan();
         if !known && !found.contains_key(name) {
             // Triton answers 200 to unloading a model it does not have.
             return Ok(());
@@ -454,7 +473,7 @@ impl RepositoryManager {
 
     /// Poll mode: load new models, reload changed ones, unload removed ones.
     pub async fn poll_once(&self) {
-        let (found, errors) = scan(&self.opts.repositories);
+        let (found, errors) = self.scan();
         let mut todo: Vec<(String, bool)> = Vec::new();
         {
             let records = self.records.lock();
@@ -487,7 +506,7 @@ impl RepositoryManager {
 
     /// `POST /v2/repository/index`: every model on disk or known, with its versions' states.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
-        let (found, _) = scan(&self.opts.repositories);
+        let (found, _) = self.scan();
         let records = self.records.lock();
         let names: BTreeSet<&String> = found.keys().chain(records.keys()).collect();
         let mut out = Vec::new();

@@ -3,8 +3,10 @@
 //! `POST /invocations` runs one KServe v2 inference request (JSON, or JSON plus binary tensors
 //! with `application/vnd.sagemaker-triton.binary+json;json-header-size=<n>`) on the model
 //! `SAGEMAKER_TRITON_DEFAULT_MODEL_NAME` names, decoded and answered by the HTTP frontend's
-//! code. Any other request gets 400, as from Triton. The multi-model routes (`/models...`) are
-//! not served yet.
+//! code. The multi-model routes (`/models...`) are in `multi_model`. Any other request gets 400,
+//! as from Triton.
+
+mod multi_model;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,6 +58,7 @@ struct SageMakerState {
     http: HttpState,
     model: String,
     ping_live: bool,
+    multi: multi_model::MultiModels,
 }
 
 async fn ping(state: web::Data<SageMakerState>) -> HttpResponse {
@@ -75,6 +78,10 @@ async fn invocations(state: web::Data<SageMakerState>, req: HttpRequest, payload
     }
 }
 
+async fn method_not_allowed() -> HttpResponse {
+    HttpResponse::MethodNotAllowed().finish()
+}
+
 async fn bad_request() -> HttpResponse {
     HttpResponse::BadRequest().finish()
 }
@@ -85,12 +92,17 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: SageMakerOptions) -> s
         http: HttpState { server, max_body_bytes: opts.max_body_bytes, header_forward: None },
         model: opts.model,
         ping_live: opts.ping_live,
+        multi: multi_model::MultiModels::default(),
     });
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .route("/ping", web::get().to(ping))
             .route("/invocations", web::post().to(invocations))
+            .service(web::resource("/models").get(multi_model::list).post(multi_model::load).to(bad_request))
+            .service(web::resource("/models/").get(multi_model::list).post(multi_model::load).to(bad_request))
+            .service(web::resource("/models/{name}").get(multi_model::get).delete(multi_model::unload).to(bad_request))
+            .service(web::resource("/models/{name}/invoke").post(multi_model::invoke).to(method_not_allowed))
             .default_service(web::to(bad_request))
     })
     .workers(opts.workers.max(1))
