@@ -50,11 +50,17 @@ fn init_observe(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves when the process gets SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves when the process gets SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when it is first awaited: a signal that comes while models load is kept, and the
+/// server stops gracefully once loading is done.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    async move { wait_for(&mut term, &mut int).await }
+}
+
+async fn wait_for(term: &mut tokio::signal::unix::Signal, int: &mut tokio::signal::unix::Signal) {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
@@ -62,6 +68,7 @@ async fn shutdown_signal() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal();
     for repo in &cli.model_repository {
         anyhow::ensure!(repo.is_dir(), "model repository {} is not a folder", repo.display());
     }
@@ -215,7 +222,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         });
     }
 
-    shutdown_signal().await;
+    shutdown.await;
     server.begin_shutdown();
     // gRPC stops accepting at once; its in-flight calls and streams finish (up to the exit
     // timeout) while HTTP drains alongside.
