@@ -127,6 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             reuse_port: cli.grpc_extra.reuse_grpc_port,
             header_forward: cli.grpc_extra.grpc_header_forward_pattern.clone(),
             max_connection_age: cli.grpc_extra.grpc_max_connection_age.map(Duration::from_millis),
+            max_connection_age_grace: cli.grpc_extra.grpc_max_connection_age_grace.map(Duration::from_millis),
         };
         let handle = frontends::grpc::serve(server.clone(), addr, opts)
             .with_context(|| format!("cannot start the gRPC endpoint on {addr}"))?;

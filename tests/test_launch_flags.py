@@ -254,6 +254,35 @@ def test_grpc_max_connection_age_sends_goaway(start_server, repo_copy):
     assert goaway is not None and 0.3 < goaway < 3, goaway
 
 
+def test_grpc_max_connection_age_grace_cuts_calls_that_outlive_it(start_server, tmp_path):
+    repo = tmp_path / "slowgrpc"
+    add_model(repo, "slow", identity_config("slow", delay_ms=3000))
+    x = np.ones(2, dtype=np.float32)
+
+    def call(srv):
+        c = grpcclient.InferenceServerClient(srv.grpc_url)
+        inp = grpcclient.InferInput("INPUT0", [2], "FP32")
+        inp.set_data_from_numpy(x)
+        start = time.monotonic()
+        try:
+            c.infer("slow", [inp], client_timeout=20)
+            return "ok", time.monotonic() - start
+        except Exception as e:  # the connection was closed under the call
+            return str(e), time.monotonic() - start
+        finally:
+            c.close()
+
+    # Past the age, the call in flight may finish during the grace only: cut at ~age + grace.
+    cut = start_server(repo, args=["--grpc-max-connection-age=300", "--grpc-max-connection-age-grace=700"])
+    outcome, took = call(cut)
+    print(f"age 0.3 s + grace 0.7 s: a 3 s call ends after {took:.2f} s: {outcome[:80]}")
+    assert outcome != "ok" and 0.8 < took < 2.5, (outcome, took)
+    # Without a grace the GOAWAY lets the call finish.
+    free = start_server(repo, args=["--grpc-max-connection-age=300"])
+    outcome, took = call(free)
+    assert outcome == "ok" and took >= 2.9, (outcome, took)
+
+
 def test_header_forwarding_reaches_the_backend(start_server, tmp_path):
     repo = tmp_path / "echo"
     add_model(repo, "echo", """

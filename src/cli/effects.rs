@@ -100,9 +100,9 @@ pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
     );
     note(g.grpc_http2_max_ping_strikes.is_some(), "--grpc-http2-max-ping-strikes", pings);
     note(
-        g.grpc_max_connection_age_grace.is_some(),
+        g.grpc_max_connection_age_grace.is_some() && g.grpc_max_connection_age.is_none(),
         "--grpc-max-connection-age-grace",
-        "past --grpc-max-connection-age a connection gets GOAWAY and its calls finish however long they take",
+        "it applies only with --grpc-max-connection-age",
     );
     let builtin = "Tritium's backends are built into the binary (issue 14)";
     note(r.backend_directory.is_some(), "--backend-directory", builtin);

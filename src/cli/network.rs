@@ -96,9 +96,8 @@ pub struct GrpcFlags {
     /// limit).
     #[arg(long)]
     pub grpc_max_connection_age: Option<u64>,
-    /// Milliseconds a connection past its age may finish its calls before it is closed. Not
-    /// enforced: past its age a connection gets GOAWAY and its calls finish however long they
-    /// take (accepted, no effect).
+    /// Milliseconds a connection past --grpc-max-connection-age may finish its calls; then it
+    /// is closed whatever still runs (default: no limit).
     #[arg(long)]
     pub grpc_max_connection_age_grace: Option<u64>,
     /// `<protocols>,<key>=<value>`: the gRPC protocols that need the metadata `<key>: <value>`.

@@ -4,6 +4,7 @@
 //! It runs on threads of its own (`serve.rs`), so gRPC traffic does not share the HTTP
 //! workers' threads.
 
+mod deadline;
 mod error;
 mod health;
 mod lanes;
@@ -47,8 +48,9 @@ pub struct GrpcOptions {
     pub reuse_port: bool,
     /// `--grpc-header-forward-pattern`.
     pub header_forward: Option<regex::Regex>,
-    /// `--grpc-max-connection-age`.
+    /// `--grpc-max-connection-age` and `--grpc-max-connection-age-grace`.
     pub max_connection_age: Option<Duration>,
+    pub max_connection_age_grace: Option<Duration>,
     pub threads: usize,
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tonic::codec::CompressionEncoding;
 
+use super::deadline::Deadlined;
 use super::{health, GrpcOptions, GrpcService};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::server::Server;
@@ -70,6 +71,9 @@ fn serving_thread(
                 }
                 Some((stream, rx))
             });
+            // Past age + grace a connection is closed whatever still runs.
+            let cutoff = opts.max_connection_age.zip(opts.max_connection_age_grace).map(|(a, g)| a + g);
+            let incoming = futures::StreamExt::map(incoming, move |s| s.map(|s| Deadlined::new(s, cutoff)));
             let grpc = GrpcService { server: server.clone(), header_forward: opts.header_forward.clone() };
             let mut service = GrpcInferenceServiceServer::new(grpc)
                 .max_decoding_message_size(opts.max_message_bytes)
@@ -81,8 +85,8 @@ fn serving_thread(
             let mut builder = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(opts.keepalive_time))
                 .http2_keepalive_timeout(Some(opts.keepalive_timeout));
-            // At its age a connection gets GOAWAY and finishes its calls (tonic's grace would
-            // instead close it without GOAWAY at age + grace, so it is not used).
+            // At its age a connection gets GOAWAY and may finish its calls until the grace ends
+            // (`Deadlined`); tonic's own grace would close it at age + grace without a GOAWAY.
             if let Some(age) = opts.max_connection_age {
                 builder = builder.max_connection_age(age);
             }
