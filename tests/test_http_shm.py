@@ -1,6 +1,7 @@
 """System shared memory over HTTP with tritonclient.http: register, infer with inputs and outputs
 in the region, status, unregister, and the error cases; a region registered over HTTP is usable
 over gRPC (one registry)."""
+import os
 import time
 
 import numpy as np
@@ -99,6 +100,59 @@ def test_shared_memory_errors(server, region):
         c.unregister_system_shared_memory()
     # Still serving.
     assert c.is_server_live()
+
+
+def test_a_region_truncated_after_registering_is_a_clear_error_not_a_crash(server):
+    """A client registers 1 MiB, shrinks its object to nothing, then sends requests that read and
+    write the region: each is a 400 naming the region (the server used to die of SIGBUS, taking
+    every model with it), over HTTP and gRPC, and the server keeps serving everyone else."""
+    key = f"/tritium_trunc_{time.monotonic_ns()}"
+    handle = shm.create_shared_memory_region("shrunk", key, 1 << 20)
+    c = server.client
+    try:
+        c.register_system_shared_memory("shrunk", key, 1 << 20)
+        fd = os.open(f"/dev/shm/{key.lstrip('/')}", os.O_RDWR)
+        os.ftruncate(fd, 0)
+        os.close(fd)
+        ins = [httpclient.InferInput("INPUT0", [1, 16], "FP32"), httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        ins[0].set_shared_memory("shrunk", 64, offset=4096)
+        ins[1].set_shared_memory("shrunk", 64, offset=8192)
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("add_sub", ins)
+        assert info.value.status() == "400"
+        assert "shared memory region 'shrunk'" in info.value.message()
+        assert "smaller than when it was registered" in info.value.message()
+        g = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            with pytest.raises(InferenceServerException) as info:
+                g.infer("add_sub", [_shm_input(grpcclient, "INPUT0"), _shm_input(grpcclient, "INPUT1")])
+            assert "smaller than when it was registered" in info.value.message()
+        finally:
+            g.close()
+        # An output written to the shrunk region is refused too, and does not grow it back.
+        a = np.ones((1, 16), dtype=np.float32)
+        plain = [httpclient.InferInput("INPUT0", [1, 16], "FP32"), httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        plain[0].set_data_from_numpy(a)
+        plain[1].set_data_from_numpy(a)
+        out = httpclient.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory("shrunk", 64, offset=0)
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("add_sub", plain, outputs=[out])
+        assert "smaller than when it was registered" in info.value.message()
+        assert os.stat(f"/dev/shm/{key.lstrip('/')}").st_size == 0
+        # Everyone else is still served.
+        res = c.infer("add_sub", plain)
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + a)
+        assert c.is_server_live()
+    finally:
+        c.unregister_system_shared_memory("shrunk")
+        shm.destroy_shared_memory_region(handle)
+
+
+def _shm_input(proto, name):
+    t = proto.InferInput(name, [1, 16], "FP32")
+    t.set_shared_memory("shrunk", 64, offset=4096)
+    return t
 
 
 def test_cuda_shared_memory_without_a_gpu(server):

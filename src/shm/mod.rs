@@ -3,54 +3,23 @@
 //! region in an input or output instead of sending the bytes. One registry serves both the HTTP
 //! and the gRPC frontends, since a region registered over one may be used over the other.
 //!
-//! Inputs are read without a copy: a tensor's `Bytes` is a view into the mapping, which stays
-//! mapped until the last such view is dropped, even if the region is unregistered meanwhile.
-//! As in Triton, the client must not write a region while a request that reads it is running.
+//! The region's object stays open from registration, and every access goes through the file
+//! (`pread` to take an input's bytes when a request arrives, `pwrite` to put an output), never
+//! through a mapping: a client that shrinks or removes its object after registering makes the
+//! next access a short read or a refused write, answered as a 400, where touching a mapping past
+//! the object's end would kill the whole server with SIGBUS. An input is copied once, at decode,
+//! and a request keeps its bytes even if the region is unregistered or rewritten meanwhile.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use parking_lot::RwLock;
 use tritium_actors::{Error, Result};
-
-/// One `mmap` of a shared-memory object, unmapped on drop.
-struct Mapping {
-    base: *mut u8,
-    len: usize,
-    /// Where the registered region starts inside `base` (the mmap offset is page-aligned).
-    lead: usize,
-}
-
-// SAFETY: the pointer is a process-wide shared mapping, valid until `Drop`; nothing in this
-// module hands out `&mut` to it, and writes go through `copy_nonoverlapping` under the caller's
-// contract that regions are not read and written by two requests at once (Triton's contract).
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` are exactly what mmap returned.
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
-        }
-    }
-}
-
-/// A view of part of a mapping that a `Bytes` can own.
-struct View {
-    map: Arc<Mapping>,
-    start: usize,
-    len: usize,
-}
-
-impl AsRef<[u8]> for View {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: `start + len` was checked against the region, which lies inside the mapping.
-        unsafe { std::slice::from_raw_parts(self.map.base.add(self.map.lead + self.start), self.len) }
-    }
-}
 
 /// A registered system shared-memory region.
 pub struct SystemRegion {
@@ -58,7 +27,7 @@ pub struct SystemRegion {
     pub key: String,
     pub offset: u64,
     pub byte_size: u64,
-    map: Arc<Mapping>,
+    file: File,
 }
 
 /// What the status endpoints report of a region.
@@ -70,60 +39,24 @@ pub struct RegionStatus {
     pub byte_size: u64,
 }
 
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
-
-fn map_region(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Mapping> {
+/// Opens the object `key` and checks that it holds `[offset, offset + byte_size)`.
+fn open_region(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<File> {
     let invalid = || Error::invalid(format!("failed to register shared memory region '{name}': invalid args"));
     let c_key =
         CString::new(key).map_err(|_| Error::invalid(format!("shared memory key '{key}' contains a NUL byte")))?;
-    // SAFETY: c_key is a valid C string; the fd is closed below on every path.
+    // SAFETY: `c_key` is a valid C string; shm_open only reads it.
     let fd = unsafe { libc::shm_open(c_key.as_ptr(), libc::O_RDWR, 0o600) };
     if fd < 0 {
         return Err(Error::internal(format!("Unable to open shared memory region: '{key}'")));
     }
-    let result = (|| {
-        // SAFETY: fd is open; stat is plain data.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size < 0 {
-            return Err(Error::internal(format!("Invalid shared memory region: '{key}'")));
-        }
-        let end = offset.checked_add(byte_size).ok_or_else(invalid)?;
-        if byte_size == 0 || end > st.st_size as u64 {
-            return Err(invalid());
-        }
-        let aligned = offset - offset % page_size();
-        let lead = (offset - aligned) as usize;
-        let len = lead + byte_size as usize;
-        // SAFETY: a fresh shared mapping of an open fd, in bounds of the object (checked above).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                aligned as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            let err = std::io::Error::last_os_error();
-            return Err(Error::invalid(format!("failed to register shared memory region '{name}': {err}")));
-        }
-        Ok(Mapping { base: base.cast(), len, lead })
-    })();
-    // SAFETY: fd came from shm_open above.
-    unsafe {
-        libc::close(fd);
+    // SAFETY: `fd` was just opened and nothing else owns it; the File closes it on drop.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let size = file.metadata().map_err(|_| Error::internal(format!("Invalid shared memory region: '{key}'")))?.len();
+    let end = offset.checked_add(byte_size).ok_or_else(invalid)?;
+    if byte_size == 0 || end > size {
+        return Err(invalid());
     }
-    result
+    Ok(file)
 }
 
 impl SystemRegion {
@@ -136,6 +69,21 @@ impl SystemRegion {
             Some(end) if end <= self.byte_size => Ok((offset as usize, byte_size as usize)),
             _ => Err(Error::invalid(format!("Invalid offset + byte size for shared memory region: '{}'", self.name))),
         }
+    }
+
+    /// The error of an access that the object no longer allows (it was truncated or removed
+    /// after registration).
+    fn shrunk(&self, e: std::io::Error) -> Error {
+        Error::invalid(format!(
+            "shared memory region '{}' (key '{}') cannot be accessed at its registered offset and size: {}",
+            self.name,
+            self.key,
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                "its object is smaller than when it was registered".to_string()
+            } else {
+                e.to_string()
+            }
+        ))
     }
 
     fn status(&self) -> RegionStatus {
@@ -172,8 +120,8 @@ impl Registry {
                 format!("shared memory region '{name}' already in manager"),
             ));
         }
-        let map = Arc::new(map_region(name, key, offset, byte_size)?);
-        let region = Arc::new(SystemRegion { name: name.into(), key: key.into(), offset, byte_size, map });
+        let file = open_region(name, key, offset, byte_size)?;
+        let region = Arc::new(SystemRegion { name: name.into(), key: key.into(), offset, byte_size, file });
         let mut regions = self.regions.write();
         if regions.contains_key(name) {
             return Err(Error::new(
@@ -216,11 +164,13 @@ impl Registry {
             .ok_or_else(|| Error::not_found(format!("Unable to find shared memory region: '{name}'")))
     }
 
-    /// `byte_size` bytes at `offset` of region `name`, as a view that keeps the mapping alive.
+    /// A copy of `byte_size` bytes at `offset` of region `name`.
     pub fn read(&self, name: &str, offset: u64, byte_size: u64) -> Result<Bytes> {
         let region = self.get(name)?;
         let (start, len) = region.check_range(offset, byte_size)?;
-        Ok(Bytes::from_owner(View { map: region.map.clone(), start, len }))
+        let mut data = vec![0u8; len];
+        region.file.read_exact_at(&mut data, region.offset + start as u64).map_err(|e| region.shrunk(e))?;
+        Ok(Bytes::from(data))
     }
 
     /// Checks that an output of up to `byte_size` bytes fits at `offset` of region `name`.
@@ -239,11 +189,13 @@ impl Registry {
                 data.len()
             )));
         }
-        // SAFETY: the destination range lies inside the mapping (checked) and is not
-        // referenced by any Rust slice that this write could alias mutably.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), region.map.base.add(region.map.lead + start), data.len());
+        // A write past the object's end would grow the client's object again: refuse it instead.
+        let at = region.offset + start as u64;
+        let size = region.file.metadata().map_err(|e| region.shrunk(e))?.len();
+        if at + data.len() as u64 > size {
+            return Err(region.shrunk(std::io::ErrorKind::UnexpectedEof.into()));
         }
+        region.file.write_all_at(data, at).map_err(|e| region.shrunk(e))?;
         Ok(())
     }
 }
@@ -295,7 +247,38 @@ mod tests {
     }
 
     #[test]
-    fn views_outlive_unregister() {
+    fn a_truncated_object_is_a_clear_error_not_a_crash() {
+        let k = key("trunc");
+        let shm = Shm::new(&k, 1 << 20);
+        let reg = Registry::default();
+        reg.register("r", &k, 0, 1 << 20).unwrap();
+        reg.write("r", 0, 8, b"12345678", "OUT").unwrap();
+        assert_eq!(&reg.read("r", 0, 8).unwrap()[..], b"12345678");
+        // The client shrinks its object to nothing after registering it.
+        unsafe {
+            let fd = libc::shm_open(shm.0.as_ptr(), libc::O_RDWR, 0o600);
+            assert!(fd >= 0);
+            assert_eq!(libc::ftruncate(fd, 0), 0);
+            libc::close(fd);
+        }
+        let e = reg.read("r", 4096, 64).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(e.message.contains("smaller than when it was registered"), "{e}");
+        let e = reg.write("r", 0, 8, b"abcdefgh", "OUT").unwrap_err();
+        assert!(e.message.contains("smaller than when it was registered"), "{e}");
+        // The object was not grown back by the refused write.
+        let size = unsafe {
+            let fd = libc::shm_open(shm.0.as_ptr(), libc::O_RDONLY, 0o600);
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(fd, &mut st);
+            libc::close(fd);
+            st.st_size
+        };
+        assert_eq!(size, 0);
+    }
+
+    #[test]
+    fn reads_keep_their_bytes_after_unregister() {
         let k = key("outlive");
         let _shm = Shm::new(&k, 4096);
         let reg = Registry::default();
@@ -303,6 +286,8 @@ mod tests {
         reg.write("r", 0, 4, b"abcd", "OUT").unwrap();
         let view = reg.read("r", 0, 4).unwrap();
         reg.unregister("r");
+        reg.register("r2", &k, 0, 16).unwrap();
+        reg.write("r2", 0, 4, b"wxyz", "OUT").unwrap();
         assert_eq!(&view[..], b"abcd");
         assert_eq!(reg.read("r", 0, 4).unwrap_err().kind, ErrorKind::NotFound);
     }
