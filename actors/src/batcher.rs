@@ -97,14 +97,14 @@ impl Batcher {
         }
     }
 
-    /// Queues a request, or hands it back when its queue is full (`max_queue_size`, or the
-    /// engine's bound).
-    pub fn push(&mut self, p: Pending) -> Result<(), Pending> {
+    /// Queues a request, or hands it back (boxed: the rare path pays for the move) when its
+    /// queue is full (`max_queue_size`, or the engine's bound).
+    pub fn push(&mut self, p: Pending) -> Result<(), Box<Pending>> {
         let level = self.level_of(&p);
         let policy = &self.policies[level];
         let level_full = policy.max_queue_size > 0 && self.levels[level].len() >= policy.max_queue_size;
         if level_full || self.len >= self.capacity {
-            return Err(p);
+            return Err(Box::new(p));
         }
         let timeout = match (policy.allow_timeout_override, p.request.timeout_us) {
             (true, us) if us > 0 => Some(Duration::from_micros(us)),

@@ -55,6 +55,10 @@ impl Pending {
     }
 }
 
+/// A request a queue could not take, handed back with the reason (boxed: the rare path pays
+/// for the move, not every `Ok`).
+pub type Refused = Box<(Pending, Error)>;
+
 /// Stamps `activity` on each traced request of a batch.
 fn stamp(batch: &[Pending], activity: &'static str, at: Instant) {
     for p in batch {

@@ -7,35 +7,37 @@ use std::time::Instant;
 use crate::batcher::{Batcher, Next};
 use crate::error::Error;
 use crate::figures::ModelFigures;
-use crate::instance::Pending;
+use crate::instance::{Pending, Refused};
 use crate::policy::ModelPolicy;
 use crate::sequence::SequenceBatcher;
 
 #[derive(Debug)]
 pub(crate) enum Queue {
     Batch(Batcher),
-    Sequence(SequenceBatcher),
+    Sequence(Box<SequenceBatcher>),
 }
 
 impl Queue {
     pub fn new(policy: &ModelPolicy, figures: Arc<ModelFigures>) -> Self {
         match policy.sequence() {
-            Some(seq) => Queue::Sequence(SequenceBatcher::new(policy, seq, figures)),
+            Some(seq) => Queue::Sequence(Box::new(SequenceBatcher::new(policy, seq, figures))),
             None => Queue::Batch(Batcher::new(policy)),
         }
     }
 
     /// Puts back a request that was taken for an instance that died before it got it.
-    pub fn requeue(&mut self, p: Pending) -> Result<(), (Pending, Error)> {
+    pub fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
         match self {
-            Queue::Batch(b) => b.push(p).map_err(|p| (p, Error::unavailable("instance lost and the queue is full"))),
+            Queue::Batch(b) => {
+                b.push(p).map_err(|p| Box::new((*p, Error::unavailable("instance lost and the queue is full"))))
+            }
             Queue::Sequence(s) => s.requeue(p),
         }
     }
 
-    pub fn push(&mut self, p: Pending) -> Result<(), (Pending, Error)> {
+    pub fn push(&mut self, p: Pending) -> Result<(), Refused> {
         match self {
-            Queue::Batch(b) => b.push(p).map_err(|p| (p, Error::unavailable("Exceeds maximum queue size"))),
+            Queue::Batch(b) => b.push(p).map_err(|p| Box::new((*p, Error::unavailable("Exceeds maximum queue size")))),
             Queue::Sequence(s) => s.push(p),
         }
     }

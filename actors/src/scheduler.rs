@@ -119,7 +119,8 @@ impl Scheduler {
                     slot.mailbox = None;
                     self.batcher.instance_down(idx);
                     for p in batch.into_iter().rev() {
-                        if let Err((p, e)) = self.batcher.requeue(p) {
+                        if let Err(refused) = self.batcher.requeue(p) {
+                            let (p, e) = *refused;
                             p.fail(&self.stats, e);
                         }
                     }
@@ -178,7 +179,8 @@ impl Handler<Enqueue> for Scheduler {
             let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
             return p.fail(&self.stats, e);
         }
-        if let Err((p, e)) = self.batcher.push(p) {
+        if let Err(refused) = self.batcher.push(p) {
+            let (p, e) = *refused;
             return p.fail(&self.stats, e);
         }
         self.pump(ctx);

@@ -4,7 +4,6 @@
 
 pub mod logging;
 pub mod trace;
-mod trace_file;
 
 /// One setting's value in a logging request, whichever protocol carried it.
 #[derive(Debug, Clone, PartialEq)]

@@ -106,7 +106,7 @@ fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
             .batches
             .iter()
             .map(|(size, b)| pb::InferBatchStatistics {
-                batch_size: *size as u64,
+                batch_size: *size,
                 compute_input: duration((b.count, b.compute_input_ns)),
                 compute_infer: duration((b.count, b.compute_infer_ns)),
                 compute_output: duration((b.count, b.compute_output_ns)),

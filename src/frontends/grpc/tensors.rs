@@ -174,7 +174,7 @@ pub fn decode(req: ModelInferRequest) -> Result<Decoded> {
     let mut raw = req.raw_input_contents.into_iter();
     let mut raw_inputs = 0;
     for input in req.inputs {
-        if uses_raw && input.parameters.get("shared_memory_region").is_none() {
+        if uses_raw && !input.parameters.contains_key("shared_memory_region") {
             raw_inputs += 1;
         }
         request.inputs.push(decode_input(&model, input, &mut raw, uses_raw)?);

@@ -4,65 +4,27 @@
 //! READY, CORRID) and the implicit state tensors are added to each request here, and the state
 //! the model returns is kept by the engine — in `StateStore`, not in the backend — so a
 //! restarted instance carries its sequences on with their state intact.
+//!
+//! Where a sequence may run is in `slots`; its state between requests in `state`.
+
+mod slots;
+mod state;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use parking_lot::Mutex;
+use slots::Slots;
+pub use state::{SequenceTicket, StateStore};
 
 use crate::batcher::Next;
 use crate::error::Error;
 use crate::figures::ModelFigures;
-use crate::instance::Pending;
-use crate::policy::{ControlKind, InitialState, ModelPolicy, SequencePolicy, SequenceStrategy};
-use crate::request::{CorrelationId, RequestedOutput};
-use crate::tensor::{element_count, serialize_bytes, DataType, Tensor};
-
-/// Each sequence's implicit state between its requests: written by the instance thread that
-/// ran the request (before it answers), read when the next request is dispatched.
-pub type StateStore = Arc<Mutex<HashMap<CorrelationId, Vec<Tensor>>>>;
-
-/// What the instance does with a sequence request's outputs.
-#[derive(Debug, Clone)]
-pub struct SequenceTicket {
-    pub id: CorrelationId,
-    /// (state output name, whether the client asked for it too).
-    pub state_outputs: Vec<(String, bool)>,
-    pub batched: bool,
-    pub store: StateStore,
-    pub figures: Arc<ModelFigures>,
-}
-
-impl SequenceTicket {
-    /// Keeps the state outputs as the sequence's next state and removes from `outputs` those
-    /// the client did not ask for. A request that returned no state keeps the old one.
-    pub fn absorb(&self, outputs: &mut Vec<Tensor>) {
-        if self.state_outputs.is_empty() {
-            return;
-        }
-        let mut next = Vec::with_capacity(self.state_outputs.len());
-        for (name, _) in &self.state_outputs {
-            match outputs.iter().find(|t| &t.name == name) {
-                Some(t) => {
-                    let shape = if self.batched { t.shape.get(1..).unwrap_or(&[]).to_vec() } else { t.shape.clone() };
-                    next.push(Tensor::new(t.name.clone(), t.datatype, shape, t.data.clone()));
-                }
-                None => return,
-            }
-        }
-        let mut store = self.store.lock();
-        let old: usize = store.get(&self.id).map(|v| v.iter().map(|t| t.data.len()).sum()).unwrap_or(0);
-        let new: usize = next.iter().map(|t| t.data.len()).sum();
-        store.insert(self.id.clone(), next);
-        drop(store);
-        self.figures.seq_state_bytes.fetch_add(new as u64, Relaxed);
-        self.figures.seq_state_bytes.fetch_sub(old as u64, Relaxed);
-        outputs.retain(|t| self.state_outputs.iter().all(|(name, wanted)| &t.name != name || *wanted));
-    }
-}
+use crate::instance::{Pending, Refused};
+use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
+use crate::request::CorrelationId;
+use crate::tensor::DataType;
 
 #[derive(Debug)]
 struct Sequence {
@@ -88,10 +50,7 @@ pub struct SequenceBatcher {
     active: HashMap<CorrelationId, Sequence>,
     /// Sequences waiting for a slot, in arrival order.
     backlog: VecDeque<(CorrelationId, Sequence)>,
-    /// Direct strategy: which sequence holds each slot of each instance.
-    slots: Vec<Vec<Option<CorrelationId>>>,
-    /// Oldest strategy: how many sequences may hold a candidate place.
-    candidates: usize,
+    slots: Slots,
     queued: usize,
     capacity: usize,
     next_order: u64,
@@ -102,41 +61,27 @@ pub struct SequenceBatcher {
     figures: Arc<ModelFigures>,
 }
 
-fn flag_tensor(name: &str, datatype: DataType, value: &[u8], batched: bool) -> Tensor {
-    let shape = if batched { vec![1, 1] } else { vec![1] };
-    Tensor::new(name, datatype, shape, Bytes::copy_from_slice(value))
-}
-
 impl SequenceBatcher {
     pub fn new(policy: &ModelPolicy, sequence: &SequencePolicy, figures: Arc<ModelFigures>) -> Self {
-        let per_instance = policy.max_batch_size.max(1);
-        let instances = policy.instances.len().max(1);
-        let candidates = match &sequence.strategy {
-            SequenceStrategy::Oldest { max_candidate_sequences, .. } if *max_candidate_sequences > 0 => {
-                *max_candidate_sequences
-            }
-            _ => per_instance * instances,
-        };
         SequenceBatcher {
             model: policy.name.clone(),
             policy: sequence.clone(),
             batched: policy.batches(),
-            max_batch: per_instance,
+            max_batch: policy.max_batch_size.max(1),
             active: HashMap::new(),
             backlog: VecDeque::new(),
-            slots: vec![vec![None; per_instance]; instances],
-            candidates,
+            slots: Slots::new(policy, &sequence.strategy),
             queued: 0,
             capacity: policy.queue_capacity,
             next_order: 0,
             orphans: VecDeque::new(),
-            store: Arc::new(Mutex::new(HashMap::new())),
+            store: StateStore::new(figures.clone()),
             figures,
         }
     }
 
     fn direct(&self) -> bool {
-        matches!(self.policy.strategy, SequenceStrategy::Direct)
+        self.slots.direct()
     }
 
     pub fn len(&self) -> usize {
@@ -150,38 +95,23 @@ impl SequenceBatcher {
     fn publish(&self) {
         self.figures.seq_active.store(self.active.len() as u64, Relaxed);
         self.figures.seq_backlog.store(self.backlog.len() as u64, Relaxed);
-        for (i, slots) in self.slots.iter().enumerate() {
-            if let Some(f) = self.figures.instances.get(i) {
-                f.seq_slots_used.store(slots.iter().filter(|s| s.is_some()).count() as u64, Relaxed);
-            }
+        for (f, used) in self.figures.instances.iter().zip(self.slots.used()) {
+            f.seq_slots_used.store(used as u64, Relaxed);
         }
     }
 
-    /// A free slot: (instance, slot) for direct; `Some((0, 0))` when a candidate place is free
-    /// for oldest.
     fn free_slot(&self) -> Option<(usize, usize)> {
-        if self.direct() {
-            // Spread sequences over instances: the instance with the most free slots first.
-            let (i, slots) = self
-                .slots
-                .iter()
-                .enumerate()
-                .max_by_key(|(i, s)| (s.iter().filter(|x| x.is_none()).count(), usize::MAX - i))?;
-            let j = slots.iter().position(Option::is_none)?;
-            Some((i, j))
-        } else {
-            (self.active.len() < self.candidates).then_some((0, 0))
-        }
+        self.slots.free(self.active.len())
     }
 
     /// Queues a request of a sequence, or hands it back with the reason it cannot be queued.
-    pub fn push(&mut self, p: Pending) -> Result<(), (Pending, Error)> {
+    pub fn push(&mut self, p: Pending) -> Result<(), Refused> {
         let Some(flags) = p.request.sequence.clone() else {
             let e = Error::invalid(format!(
                 "inference request to model '{}' must specify a non-zero or non-empty correlation ID",
                 self.model
             ));
-            return Err((p, e));
+            return Err(Box::new((p, e)));
         };
         let id = flags.id.clone();
         if id == CorrelationId::U64(0) || id == CorrelationId::Str(String::new()) {
@@ -189,7 +119,7 @@ impl SequenceBatcher {
                 "inference request to model '{}' must specify a non-zero or non-empty correlation ID",
                 self.model
             ));
-            return Err((p, e));
+            return Err(Box::new((p, e)));
         }
         if let Some(c) = self.policy.control(ControlKind::CorrId) {
             let ok = matches!(
@@ -201,11 +131,11 @@ impl SequenceBatcher {
                     "sequence ID '{id}' is a string, but model '{}' takes {} correlation IDs (control '{}')",
                     self.model, c.datatype, c.input
                 ));
-                return Err((p, e));
+                return Err(Box::new((p, e)));
             }
         }
         if self.queued >= self.capacity {
-            return Err((p, Error::unavailable("Exceeds maximum queue size")));
+            return Err(Box::new((p, Error::unavailable("Exceeds maximum queue size"))));
         }
         let now = Instant::now();
         if let Some(seq) = self.active.get_mut(&id) {
@@ -215,7 +145,7 @@ impl SequenceBatcher {
             seq.queue.push_back(p);
         } else if !flags.start {
             if self.policy.start_grace.is_zero() {
-                return Err((p, self.no_start(&id)));
+                return Err(Box::new((p, self.no_start(&id))));
             }
             // Its START may be on its way: hold it for the grace period (see `adopt_orphans`).
             self.orphans.push_back((id, p, now + self.policy.start_grace));
@@ -239,7 +169,7 @@ impl SequenceBatcher {
                         self.model,
                         self.backlog.len()
                     ));
-                    return Err((p, e));
+                    return Err(Box::new((p, e)));
                 }
                 None => self.backlog.push_back((id.clone(), seq)),
             }
@@ -295,7 +225,7 @@ impl SequenceBatcher {
     }
 
     /// Puts a dispatched request back at the head of its sequence (its instance was gone).
-    pub fn requeue(&mut self, p: Pending) -> Result<(), (Pending, Error)> {
+    pub fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
         let id = p.request.sequence.as_ref().map(|f| f.id.clone());
         match id.and_then(|id| self.active.get_mut(&id)) {
             Some(seq) => {
@@ -303,15 +233,12 @@ impl SequenceBatcher {
                 self.queued += 1;
                 Ok(())
             }
-            None => Err((p, Error::unavailable("the sequence's instance was lost"))),
+            None => Err(Box::new((p, Error::unavailable("the sequence's instance was lost")))),
         }
     }
 
     fn activate(&mut self, id: CorrelationId, mut seq: Sequence, slot: (usize, usize)) {
-        if self.direct() {
-            self.slots[slot.0][slot.1] = Some(id.clone());
-            seq.slot = Some(slot);
-        }
+        seq.slot = self.slots.take(slot, &id);
         seq.last_active = Instant::now();
         self.active.insert(id, seq);
     }
@@ -319,14 +246,11 @@ impl SequenceBatcher {
     /// Frees a sequence's slot and state, and gives the slot to the oldest waiting sequence.
     fn release(&mut self, id: &CorrelationId) {
         if let Some(seq) = self.active.remove(id) {
-            if let Some((i, j)) = seq.slot {
-                self.slots[i][j] = None;
+            if let Some(slot) = seq.slot {
+                self.slots.give_back(slot);
             }
         }
-        if let Some(state) = self.store.lock().remove(id) {
-            let bytes: usize = state.iter().map(|t| t.data.len()).sum();
-            self.figures.seq_state_bytes.fetch_sub(bytes as u64, Relaxed);
-        }
+        self.store.remove(id);
         while let Some(slot) = self.free_slot() {
             let Some((id, seq)) = self.backlog.pop_front() else { break };
             self.activate(id, seq, slot);
@@ -363,7 +287,7 @@ impl SequenceBatcher {
             let seq = self.active.get_mut(&id).expect("ready sequences are active");
             let mut p = seq.queue.pop_front().expect("ready sequences have a request");
             let flags = p.request.sequence.clone().expect("sequence requests carry flags");
-            self.prepare(&mut p, &id, flags.start, flags.end);
+            state::prepare(&self.policy, self.batched, &self.store, &mut p, &id, flags.start, flags.end);
             let seq = self.active.get_mut(&id).expect("still active");
             if let Some(first) = batch.first() {
                 if !self.batched || !compatible(first, &p) {
@@ -384,62 +308,6 @@ impl SequenceBatcher {
         }
         self.publish();
         Next::Batch(batch)
-    }
-
-    /// Adds the control inputs and the implicit state, and asks for the state outputs.
-    fn prepare(&self, p: &mut Pending, id: &CorrelationId, start: bool, end: bool) {
-        for c in &self.policy.controls {
-            let t = match c.kind {
-                ControlKind::Start => {
-                    flag_tensor(&c.input, c.datatype, if start { &c.true_value } else { &c.false_value }, self.batched)
-                }
-                ControlKind::End => {
-                    flag_tensor(&c.input, c.datatype, if end { &c.true_value } else { &c.false_value }, self.batched)
-                }
-                ControlKind::Ready => flag_tensor(&c.input, c.datatype, &c.true_value, self.batched),
-                ControlKind::CorrId => {
-                    let data = match (id, c.datatype) {
-                        (CorrelationId::U64(v), DataType::U64) => Bytes::copy_from_slice(&v.to_le_bytes()),
-                        (id, _) => serialize_bytes([id.to_string().into_bytes()]),
-                    };
-                    let shape = if self.batched { vec![1, 1] } else { vec![1] };
-                    Tensor::new(c.input.clone(), c.datatype, shape, data)
-                }
-            };
-            p.request.inputs.retain(|x| x.name != t.name);
-            p.request.inputs.push(t);
-        }
-        if self.policy.states.is_empty() {
-            return;
-        }
-        let stored = if start { None } else { self.store.lock().get(id).cloned() };
-        let mut state_outputs = Vec::new();
-        for (k, s) in self.policy.states.iter().enumerate() {
-            let (dims, data) = match stored.as_ref().and_then(|v| v.get(k)) {
-                Some(t) => (t.shape.clone(), t.data.clone()),
-                None => initial(s.datatype, &s.dims, &s.initial),
-            };
-            let shape = if self.batched { std::iter::once(1).chain(dims).collect() } else { dims };
-            p.request.inputs.retain(|x| x.name != s.input);
-            p.request.inputs.push(Tensor::new(s.input.clone(), s.datatype, shape, data));
-            // Whether the client itself asked for the state output (a request prepared before,
-            // then put back, keeps its first answer).
-            let wanted = match &p.sequence {
-                Some(t) => t.state_outputs.get(k).is_some_and(|(_, w)| *w),
-                None => p.request.outputs.iter().any(|o| o.name == s.output),
-            };
-            if !p.request.outputs.is_empty() && !p.request.outputs.iter().any(|o| o.name == s.output) {
-                p.request.outputs.push(RequestedOutput { name: s.output.clone(), class_count: 0 });
-            }
-            state_outputs.push((s.output.clone(), wanted));
-        }
-        p.sequence = Some(SequenceTicket {
-            id: id.clone(),
-            state_outputs,
-            batched: self.batched,
-            store: self.store.clone(),
-            figures: self.figures.clone(),
-        });
     }
 
     /// The instance finished its batch: its sequences may run their next request; a sequence
@@ -546,20 +414,4 @@ fn compatible(a: &Pending, b: &Pending) -> bool {
                 .input(&ta.name)
                 .is_some_and(|tb| ta.datatype == tb.datatype && ta.shape.get(1..) == tb.shape.get(1..))
         })
-}
-
-/// A state's initial contents and dims.
-fn initial(datatype: DataType, dims: &[i64], init: &InitialState) -> (Vec<i64>, Bytes) {
-    let dims: Vec<i64> = dims.iter().map(|d| (*d).max(0)).collect();
-    match init {
-        InitialState::Data(data) => (dims, data.clone()),
-        InitialState::Zero => {
-            let n = element_count(&dims).unwrap_or(0);
-            let data = match datatype.element_size() {
-                Some(size) => Bytes::from(vec![0u8; n * size]),
-                None => serialize_bytes((0..n).map(|_| Vec::<u8>::new())),
-            };
-            (dims, data)
-        }
-    }
 }
