@@ -9,7 +9,9 @@ import time
 import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from helpers import BUNDLED_REPO, error_text, identity_config, wait_until
 
@@ -195,6 +197,32 @@ def test_explicit_mode_load_unload_and_config_override(start_server, repo_copy):
     r = srv.post("/v2/repository/models/mlp/load", b"{oops")
     assert r.status_code in (400, 500)
     assert "failed to parse the request JSON buffer" in error_text(r)
+
+
+def test_a_model_file_that_does_not_load_answers_with_the_backends_own_kind(start_server, repo_copy):
+    """An instance whose backend cannot load (a model.onnx that is not a model; strict config, so
+    nothing reads the file before the instance does) ends the load with the backend's own error:
+    400 / INVALID_ARGUMENT with its text, where it was 500 / INTERNAL before issue 25."""
+    repo = repo_copy(["add_sub"])
+    shutil.copytree(repo / "add_sub", repo / "garbled")
+    cfg = (repo / "garbled" / "config.pbtxt").read_text().replace('name: "add_sub"', 'name: "garbled"')
+    (repo / "garbled" / "config.pbtxt").write_text(cfg)
+    (repo / "garbled" / "1" / "model.onnx").write_bytes(b"this is not an ONNX model")
+    srv = start_server(repo, args=["--model-control-mode", "explicit", "--strict-model-config=true"])
+    r = srv.post("/v2/repository/models/garbled/load")
+    assert r.status_code == 400, r.text
+    assert error_text(r).startswith("failed to load version 1 of model 'garbled': "), error_text(r)
+    assert "model.onnx" in error_text(r)
+    e = entry(srv.index(), "garbled")
+    assert e["state"] == "UNAVAILABLE" and e["reason"] == error_text(r)
+    c = grpcclient.InferenceServerClient(srv.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as raised:
+            c.load_model("garbled")
+        assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "failed to load version 1 of model 'garbled'" in raised.value.message()
+    finally:
+        c.close()
 
 
 def bundled_model_names():

@@ -521,6 +521,14 @@ def test_tritium_actor_families_are_labelled_by_model_version_and_instance(traff
         for (model, version) in loaded:
             series = [(l, v) for l, v in fam.series() if l["model"] == model and l["version"] == version]
             expected = sum(int(g.get("count", 1)) for g in traffic.configs[model]["instance_group"])
+            if name == "tritium_instance_restarts_total":
+                # One series per instance and exit cause (issue 25's typed exits).
+                assert all(set(l) == PER_MODEL | {"instance", "cause"} for l, _ in series), series
+                causes = {"load_failed", "backend_failed", "panicked"}
+                assert {(l["instance"], l["cause"]) for l, _ in series} == {
+                    (i, c) for i in {l["instance"] for l, _ in series} for c in causes}, series
+                series = [(l, v) for l, v in series if l["cause"] == "panicked"]
+                series = [({k: x for k, x in l.items() if k != "cause"}, v) for l, v in series]
             assert len(series) == expected, (name, model, series)
             assert all(set(l) == PER_MODEL | {"instance"} and l["instance"] for l, _ in series), (name, series)
             assert len({l["instance"] for l, _ in series}) == expected, (name, series)

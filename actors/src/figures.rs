@@ -5,6 +5,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
+use crate::exit::RestartCounts;
+
 /// A histogram with fixed upper bounds and atomic buckets: cheap enough to record every batch
 /// or step into, read as a Prometheus histogram at scrape time.
 #[derive(Debug)]
@@ -85,7 +87,8 @@ pub struct InstanceFigures {
     pub alive: AtomicBool,
     pub busy_ns: AtomicU64,
     pub executions: AtomicU64,
-    pub restarts: AtomicU64,
+    /// Restarts by the cause of the exit before each.
+    pub restarts: RestartCounts,
     /// Sequence slots of this instance held by a sequence (`direct` strategy).
     pub seq_slots_used: AtomicU64,
     /// Batches sent to the instance and not yet taken up (its mailbox holds one at most).

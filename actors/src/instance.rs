@@ -14,12 +14,13 @@ use actix::Addr;
 use crate::backend::{self, Backend, BackendFactory, BatchInput, InstanceSpec};
 use crate::batch::{merge_inputs, split_outputs};
 use crate::error::{Error, ErrorKind, Result};
+use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
 use crate::policy::ModelPolicy;
 use crate::request::{InferRequest, Reply};
 use crate::scheduler::{InstanceIdle, Scheduler};
 use crate::stats::{ComputeTimes, FailureReason, ModelStats, RequestTimes};
-use crate::supervisor::{InstanceFailed, InstanceReady, Supervisor};
+use crate::supervisor::{InstanceExited, InstanceReady, Supervisor};
 use crate::trace;
 
 /// A request waiting for, or running in, an execution.
@@ -97,10 +98,14 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Starts an instance thread. It reports `InstanceReady` or `InstanceFailed` to the supervisor.
+/// Starts an instance thread. It reports `InstanceReady` once its backend is loaded, and
+/// `InstanceExited` with how it ended.
 pub(crate) fn spawn(env: InstanceEnv) {
     let name = format!("inst-{}", env.spec.name);
-    let result = std::thread::Builder::new().name(name).spawn(move || run(env));
+    let result = std::thread::Builder::new().name(name).spawn(move || {
+        let exit = run(&env);
+        env.supervisor.do_send(InstanceExited { index: env.spec.index, generation: env.generation, exit });
+    });
     if let Err(e) = result {
         tracing::error!("could not start an instance thread: {e}");
     }
@@ -131,20 +136,19 @@ fn pin_to(cores: &[usize], instance: &str) {
     }
 }
 
-fn run(env: InstanceEnv) {
+fn run(env: &InstanceEnv) -> InstanceExit {
     let idx = env.spec.index;
     pin_to(&env.spec.cpu_cores, &env.spec.name);
     let created = catch_unwind(AssertUnwindSafe(|| env.factory.create(&env.spec)));
     let mut backend: Box<dyn Backend> = match created {
         Ok(Ok(b)) => b,
-        Ok(Err(e)) => {
-            env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason: e.message });
-            return;
-        }
+        Ok(Err(e)) => return InstanceExit::LoadFailed(e),
         Err(p) => {
-            let reason = format!("instance '{}' panicked while loading: {}", env.spec.name, panic_message(&*p));
-            env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason });
-            return;
+            return InstanceExit::Panicked(format!(
+                "instance '{}' panicked while loading: {}",
+                env.spec.name,
+                panic_message(&*p)
+            ))
         }
     };
     let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
@@ -153,11 +157,11 @@ fn run(env: InstanceEnv) {
     env.supervisor.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
         match msg {
-            InstanceMsg::Shutdown => break,
+            InstanceMsg::Shutdown => return InstanceExit::Stopped,
             InstanceMsg::Execute(batch) => {
                 env.figures.instance(idx).mailbox.fetch_sub(1, Relaxed);
                 let started = Instant::now();
-                let outcome = match catch_unwind(AssertUnwindSafe(|| execute(&env, backend.as_mut(), batch))) {
+                let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
                     Ok(r) => r,
                     Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
                 };
@@ -166,8 +170,7 @@ fn run(env: InstanceEnv) {
                     // The batch's requests were answered inside `execute` when the backend
                     // panicked; this instance's state is unknown now, so it ends here.
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
-                    env.supervisor.do_send(InstanceFailed { index: idx, generation: env.generation, reason });
-                    return;
+                    return InstanceExit::Panicked(reason);
                 }
                 if !matches!(outcome, Ok(true)) {
                     env.scheduler.do_send(InstanceIdle { index: idx, generation: env.generation });
@@ -175,6 +178,8 @@ fn run(env: InstanceEnv) {
             }
         }
     }
+    // The scheduler dropped the mailbox: the model is gone.
+    InstanceExit::Stopped
 }
 
 /// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod batch;
 pub mod batcher;
 pub mod error;
+pub mod exit;
 pub mod figures;
 pub mod handle;
 pub mod instance;
@@ -24,6 +25,7 @@ pub mod validate;
 
 pub use backend::{Backend, BackendFactory, BatchInput, InstanceKind, InstanceSpec};
 pub use error::{Error, ErrorKind, Result};
+pub use exit::{ExitCause, InstanceExit};
 pub use handle::{Engine, ModelHandle};
 pub use policy::{
     ControlKind, ControlSpec, DynamicBatchPolicy, InitialState, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy,

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::BackendFactory;
 use crate::error::{Error, Result};
+use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
 use crate::instance::{self, InstanceEnv, InstanceMsg};
 use crate::policy::ModelPolicy;
@@ -120,24 +121,26 @@ impl Handler<InstanceReady> for Supervisor {
     }
 }
 
+/// From an instance thread: it ended, and how.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct InstanceFailed {
+pub(crate) struct InstanceExited {
     pub index: usize,
     pub generation: u64,
-    pub reason: String,
+    pub exit: InstanceExit,
 }
 
-impl Handler<InstanceFailed> for Supervisor {
+impl Handler<InstanceExited> for Supervisor {
     type Result = ();
-    fn handle(&mut self, m: InstanceFailed, ctx: &mut Context<Self>) {
-        if self.members[m.index].generation != m.generation || self.stopping {
+    fn handle(&mut self, m: InstanceExited, ctx: &mut Context<Self>) {
+        if self.members[m.index].generation != m.generation || self.stopping || m.exit == InstanceExit::Stopped {
             return;
         }
         if let Some(tx) = self.loading.take() {
-            // A model that cannot load all its instances does not become ready.
-            tracing::error!(model = %self.policy.name, "instance {} failed to load: {}", m.index, m.reason);
-            let _ = tx.send(Err(Error::internal(m.reason)));
+            // A model that cannot load all its instances does not become ready; the load
+            // answers with the instance's own error.
+            tracing::error!(model = %self.policy.name, "instance {} failed to load: {}", m.index, m.exit);
+            let _ = tx.send(Err(m.exit.into_error()));
             self.stop_all();
             return;
         }
@@ -146,9 +149,9 @@ impl Handler<InstanceFailed> for Supervisor {
         member.failed_starts += 1;
         let figures = self.figures.instance(m.index);
         figures.alive.store(false, Relaxed);
-        figures.restarts.fetch_add(1, Relaxed);
+        figures.restarts.add(m.exit.cause());
         tracing::warn!(model = %self.policy.name, version = self.policy.version,
-            "instance {} failed ({}); restarting", self.policy.instances[m.index].name, m.reason);
+            "instance {} failed ({}); restarting", self.policy.instances[m.index].name, m.exit);
         self.scheduler.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
         let backoff = Duration::from_millis(50u64 << member.failed_starts.min(8).saturating_sub(1)).min(MAX_BACKOFF);
         let index = m.index;

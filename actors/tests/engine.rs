@@ -1,6 +1,5 @@
 //! The engine end to end: a supervisor, scheduler and instances around small test backends.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -135,7 +134,7 @@ async fn a_backend_error_fails_only_that_request() {
     assert_eq!(e.kind, ErrorKind::Internal);
     assert!(e.message.contains("refuses -1"));
     assert_eq!(values(&model.infer(request([0.0, 0.0])).await.unwrap()), vec![1.0, 1.0]);
-    assert_eq!(model.figures.instance(0).restarts.load(Ordering::Relaxed), 0);
+    assert_eq!(model.figures.instance(0).restarts.total(), 0);
     let s = model.stats.snapshot();
     assert_eq!((s.fail.0, s.success.0), (1, 1));
     model.unload().await;
@@ -161,8 +160,9 @@ async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
     for r in futures::future::join_all(calls).await {
         r.unwrap();
     }
-    let restarts: u64 = model.figures.instances.iter().map(|i| i.restarts.load(Ordering::Relaxed)).sum();
-    assert_eq!(restarts, 1);
+    let panics: u64 = model.figures.instances.iter().map(|i| i.restarts.get(ExitCause::Panicked)).sum();
+    let restarts: u64 = model.figures.instances.iter().map(|i| i.restarts.total()).sum();
+    assert_eq!((panics, restarts), (1, 1), "one restart, caused by the panic");
     for _ in 0..100 {
         if model.figures.live_instances() == 2 {
             break;
@@ -224,7 +224,16 @@ async fn a_failing_load_is_reported() {
     let bad: Arc<dyn BackendFactory> =
         Arc::new(|_: &InstanceSpec| -> Result<Box<dyn Backend>> { Err(Error::invalid("no such model file")) });
     let e = ModelHandle::load(&engine.handle(), policy(2, None), bad).await.unwrap_err();
-    assert!(e.message.contains("no such model file"));
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::InvalidArgument, "no such model file"),
+        "the backend's own error"
+    );
+    let panics: Arc<dyn BackendFactory> =
+        Arc::new(|_: &InstanceSpec| -> Result<Box<dyn Backend>> { panic!("the factory panicked") });
+    let e = ModelHandle::load(&engine.handle(), policy(1, None), panics).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Internal);
+    assert!(e.message.contains("panicked while loading: the factory panicked"), "{e}");
 }
 
 #[actix_rt::test]

@@ -250,7 +250,7 @@ async fn a_panicking_instance_loses_no_conversation() {
     assert!(panicked.load(Ordering::SeqCst));
     // The supervisor restarts the instance; both sequences go on from their last state.
     for _ in 0..100 {
-        if model.figures.instance(0).restarts.load(Ordering::Relaxed) == 1 && model.figures.live_instances() == 1 {
+        if model.figures.instance(0).restarts.get(ExitCause::Panicked) == 1 && model.figures.live_instances() == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

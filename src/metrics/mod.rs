@@ -21,6 +21,7 @@ use actix_web::{web, App, HttpResponse, HttpServer};
 pub use latency::{observer, MetricsConfig};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tritium_actors::ExitCause;
 
 use crate::server::Server;
 
@@ -83,7 +84,10 @@ fn describe() {
         "Cumulative time the instance actor spent executing, in microseconds"
     );
     describe_counter!("tritium_instance_executions_total", "Executions the instance actor ran");
-    describe_counter!("tritium_instance_restarts_total", "Times the supervisor restarted the instance after a failure");
+    describe_counter!(
+        "tritium_instance_restarts_total",
+        "Times the supervisor restarted the instance, by the cause of its exit (load_failed, backend_failed, panicked)"
+    );
     describe_gauge!(
         "tritium_instance_mailbox_depth",
         "Batches sent to the instance actor and not yet taken up (at most one)"
@@ -139,7 +143,15 @@ fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) 
             gauge!("tritium_instance_alive", &l).set(if inst.alive.load(Relaxed) { 1.0 } else { 0.0 });
             counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns.load(Relaxed) / 1000);
             counter!("tritium_instance_executions_total", &l).absolute(inst.executions.load(Relaxed));
-            counter!("tritium_instance_restarts_total", &l).absolute(inst.restarts.load(Relaxed));
+            for cause in ExitCause::RESTARTED {
+                let l = [
+                    ("cause", cause.as_str().to_string()),
+                    ("instance", spec.name.clone()),
+                    ("model", name.clone()),
+                    ("version", version.clone()),
+                ];
+                counter!("tritium_instance_restarts_total", &l).absolute(inst.restarts.get(cause));
+            }
             gauge!("tritium_instance_mailbox_depth", &l).set(inst.mailbox.load(Relaxed) as f64);
             if model.handle.policy.sequence().is_some() {
                 gauge!("tritium_instance_sequence_slots_used", &l).set(inst.seq_slots_used.load(Relaxed) as f64);
