@@ -2,18 +2,17 @@
 //! repository API, over the router and the repository manager. Frontends call this and
 //! nothing below it.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use tritium_actors::{DataType, Error, InferRequest, InferResponse, ModelHandle, Reply, Result, StatsSnapshot};
+use tritium_actors::{DataType, Error, InferRequest, InferResponse, Reply, Result, StatsSnapshot};
 
-use crate::config::ModelConfig;
 use crate::observe::logging::LogView;
 use crate::observe::trace::{TraceValue, TraceView};
 use crate::observe::SettingValue;
 use crate::repository::RepositoryManager;
+pub use crate::repository::{IndexEntry, LoadedModel};
 
 /// The `name` server metadata reports unless `--id` says otherwise (Triton's default).
 pub const DEFAULT_SERVER_ID: &str = "triton";
@@ -60,50 +59,6 @@ pub struct ModelStatistics {
     pub name: String,
     pub version: String,
     pub stats: StatsSnapshot,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexEntry {
-    pub name: String,
-    pub version: Option<String>,
-    /// "READY", "UNAVAILABLE", "LOADING" or "UNLOADING"; empty for a model never loaded.
-    pub state: String,
-    pub reason: String,
-}
-
-/// A ready model version: its engine handle and the config it was loaded with.
-pub struct LoadedModel {
-    pub handle: ModelHandle,
-    pub config: ModelConfig,
-    /// Output name → the lines of its `label_filename`, for the classification extension.
-    pub labels: HashMap<String, Vec<String>>,
-    /// For an ensemble: the models its steps run (name, version; `None` = latest).
-    pub composing: Vec<(String, Option<i64>)>,
-    /// For an ensemble: each step's latency.
-    pub steps: Option<Arc<crate::ensemble::StepFigures>>,
-    /// The temporary folder of a model loaded from files sent in the load request: kept while
-    /// a version loaded from it is held, removed after (only its `Drop` is used).
-    #[allow(dead_code)]
-    pub files: Option<Arc<tempfile::TempDir>>,
-}
-
-impl LoadedModel {
-    pub fn name(&self) -> &str {
-        &self.handle.policy.name
-    }
-
-    pub fn version(&self) -> i64 {
-        self.handle.policy.version
-    }
-
-    /// The platform name Triton reports (`onnxruntime_onnx`, …).
-    pub fn platform(&self) -> String {
-        if !self.config.platform.is_empty() {
-            self.config.platform.clone()
-        } else {
-            self.config.backend.clone()
-        }
-    }
 }
 
 pub struct Server {

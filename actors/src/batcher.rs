@@ -4,19 +4,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::instance::Pending;
 use crate::policy::{ModelPolicy, QueuePolicy, SchedulerPolicy, TimeoutAction};
-
-/// What the batcher says when asked for work.
-#[derive(Debug)]
-pub enum Next {
-    /// Send these requests as one execution now.
-    Batch(Vec<Pending>),
-    /// A batch could still grow; ask again at this instant.
-    WaitUntil(Instant),
-    /// Nothing queued.
-    Empty,
-}
+use crate::protocol::{Next, Pending};
 
 /// A queued request with what its queue policy says about waiting.
 #[derive(Debug)]

@@ -10,12 +10,12 @@ use tokio::sync::oneshot;
 use crate::backend::BackendFactory;
 use crate::error::{Error, Result};
 use crate::figures::ModelFigures;
-use crate::instance::Pending;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
-use crate::request::{InferRequest, InferResponse, Reply};
-use crate::scheduler::{Enqueue, Scheduler};
+use crate::protocol::{Enqueue, Pending, Stop};
+use crate::request::{InferRequest, InferResponse, Reply, ReplyGate};
+use crate::scheduler::Scheduler;
 use crate::stats::{FailureReason, ModelStats};
-use crate::supervisor::{Stop, Supervisor};
+use crate::supervisor::Supervisor;
 use crate::validate::validate_request;
 
 /// The arbiter (one event-loop thread) on which schedulers and supervisors run.
@@ -47,7 +47,7 @@ pub struct ModelHandle {
     scheduler: Addr<Scheduler>,
     supervisor: Addr<Supervisor>,
     /// `preserve_ordering`: answers leave in acceptance order.
-    order: Option<Arc<crate::ordering::OrderGate>>,
+    order: Option<Arc<ReplyGate>>,
 }
 
 impl std::fmt::Debug for ModelHandle {
@@ -74,7 +74,7 @@ impl ModelHandle {
         let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx));
         let ordered =
             matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
-        let order = ordered.then(|| Arc::new(crate::ordering::OrderGate::default()));
+        let order = ordered.then(|| Arc::new(ReplyGate::default()));
         let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order };
         match rx.await {
             Ok(Ok(())) => Ok(handle),
@@ -98,7 +98,7 @@ impl ModelHandle {
         // statistic and no failure reason.
         validate_request(&self.policy, &mut request)?;
         let reply = match &self.order {
-            Some(gate) => gate.wrap(reply),
+            Some(gate) => Reply::ordered(gate, reply),
             None => reply,
         };
         let batch_size = request.batch_size(self.policy.batches());

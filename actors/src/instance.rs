@@ -9,56 +9,17 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Addr;
+use actix::Recipient;
 
 use crate::backend::{self, Backend, BackendFactory, BatchInput, InstanceSpec};
 use crate::batch::{merge_inputs, split_outputs};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
 use crate::policy::ModelPolicy;
-use crate::request::{InferRequest, Reply};
-use crate::scheduler::{InstanceIdle, Scheduler};
+use crate::protocol::{InstanceExited, InstanceIdle, InstanceMsg, InstanceReady, Pending};
 use crate::stats::{ComputeTimes, FailureReason, ModelStats, RequestTimes};
-use crate::supervisor::{InstanceExited, InstanceReady, Supervisor};
 use crate::trace;
-
-/// A request waiting for, or running in, an execution.
-#[derive(Debug)]
-pub struct Pending {
-    pub request: InferRequest,
-    pub reply: Reply,
-    pub enqueued: Instant,
-    pub batch_size: usize,
-    /// For a request of a sequence model: where its implicit state goes.
-    pub sequence: Option<crate::sequence::SequenceTicket>,
-}
-
-impl Pending {
-    /// Answers with an error and counts the failure.
-    /// The reason comes from the error's kind: for failures before the backend ran.
-    pub(crate) fn fail(self, stats: &ModelStats, error: Error) {
-        let reason = match error.kind {
-            ErrorKind::Unavailable => FailureReason::Rejected,
-            ErrorKind::Cancelled => FailureReason::Canceled,
-            ErrorKind::Internal => FailureReason::Backend,
-            _ => FailureReason::Other,
-        };
-        self.fail_as(stats, error, reason)
-    }
-
-    /// Answers with an error counted under `reason` (Triton counts every error the backend
-    /// reports as BACKEND, whatever its code).
-    pub(crate) fn fail_as(self, stats: &ModelStats, error: Error, reason: FailureReason) {
-        stats.record_failure(self.request.received.elapsed(), reason);
-        stats.pending.fetch_sub(1, Relaxed);
-        self.reply.send(Err(error));
-    }
-}
-
-/// A request a queue could not take, handed back with the reason (boxed: the rare path pays
-/// for the move, not every `Ok`).
-pub type Refused = Box<(Pending, Error)>;
 
 /// Stamps `activity` on each traced request of a batch.
 fn stamp(batch: &[Pending], activity: &'static str, at: Instant) {
@@ -67,12 +28,6 @@ fn stamp(batch: &[Pending], activity: &'static str, at: Instant) {
             trace.record_at(activity, at);
         }
     }
-}
-
-/// The instance actor's mailbox.
-pub(crate) enum InstanceMsg {
-    Execute(Vec<Pending>),
-    Shutdown,
 }
 
 /// What an instance thread needs; cloned for each (re)start.
@@ -84,8 +39,11 @@ pub(crate) struct InstanceEnv {
     pub stats: Arc<ModelStats>,
     pub figures: Arc<ModelFigures>,
     pub factory: Arc<dyn BackendFactory>,
-    pub scheduler: Addr<Scheduler>,
-    pub supervisor: Addr<Supervisor>,
+    /// The scheduler, told when the instance is free.
+    pub idle: Recipient<InstanceIdle>,
+    /// The supervisor, told when the instance is loaded and when it ended.
+    pub ready: Recipient<InstanceReady>,
+    pub exited: Recipient<InstanceExited>,
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -104,7 +62,7 @@ pub(crate) fn spawn(env: InstanceEnv) {
     let name = format!("inst-{}", env.spec.name);
     let result = std::thread::Builder::new().name(name).spawn(move || {
         let exit = run(&env);
-        env.supervisor.do_send(InstanceExited { index: env.spec.index, generation: env.generation, exit });
+        env.exited.do_send(InstanceExited { index: env.spec.index, generation: env.generation, exit });
     });
     if let Err(e) = result {
         tracing::error!("could not start an instance thread: {e}");
@@ -154,7 +112,7 @@ fn run(env: &InstanceEnv) -> InstanceExit {
     let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
     // A new mailbox: whatever the previous generation left in its own is gone with it.
     env.figures.instance(idx).mailbox.store(0, Relaxed);
-    env.supervisor.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
+    env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
         match msg {
             InstanceMsg::Shutdown => return InstanceExit::Stopped,
@@ -173,7 +131,7 @@ fn run(env: &InstanceEnv) -> InstanceExit {
                     return InstanceExit::Panicked(reason);
                 }
                 if !matches!(outcome, Ok(true)) {
-                    env.scheduler.do_send(InstanceIdle { index: idx, generation: env.generation });
+                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation });
                 }
             }
         }
@@ -290,7 +248,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
     let output_end = count_execution();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
-    env.scheduler.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
+    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
     for (p, outputs) in answers {
         if let Some(trace) = &p.request.trace {
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);

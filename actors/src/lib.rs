@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod batch;
 pub mod batcher;
+pub mod ensemble;
 pub mod error;
 pub mod exit;
 pub mod figures;
@@ -12,6 +13,7 @@ pub mod handle;
 pub mod instance;
 pub mod ordering;
 pub mod policy;
+pub mod protocol;
 mod queue;
 pub mod request;
 pub mod scheduler;

@@ -1,47 +1,54 @@
 //! `dynamic_batching { preserve_ordering: true }`: answers leave in the order the model took
 //! the requests, whatever order the instances finish them in. Each accepted request gets a
 //! ticket; an answer is held until every earlier ticket is answered (or dropped unanswered).
+//! The gate is generic over what it releases, so it knows nothing of replies.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::error::Result;
-use crate::request::{InferResponse, Reply};
+/// Something the gate holds until its turn, then releases.
+pub trait Release: Send {
+    fn release(self);
+}
 
-#[derive(Default)]
-struct GateState {
+struct GateState<T> {
     issued: u64,
     next: u64,
-    /// Finished tickets not yet released: the reply and its answer, or None if dropped.
-    done: BTreeMap<u64, Option<(Reply, Result<InferResponse>)>>,
+    /// Finished tickets not yet released: the answer, or None if dropped.
+    done: BTreeMap<u64, Option<T>>,
 }
 
 /// One model version's ordering gate.
-#[derive(Default)]
-pub struct OrderGate {
-    state: Mutex<GateState>,
+pub struct OrderGate<T> {
+    state: Mutex<GateState<T>>,
 }
 
-impl OrderGate {
-    /// Wraps `reply` with the next ticket. Call in the order requests are accepted.
-    pub fn wrap(self: &Arc<Self>, reply: Reply) -> Reply {
+impl<T> Default for OrderGate<T> {
+    fn default() -> Self {
+        OrderGate { state: Mutex::new(GateState { issued: 0, next: 0, done: BTreeMap::new() }) }
+    }
+}
+
+impl<T: Release> OrderGate<T> {
+    /// The next ticket. Call in the order requests are accepted.
+    pub fn ticket(self: &Arc<Self>) -> Ticket<T> {
         let mut s = self.state.lock();
-        let ticket = s.issued;
+        let n = s.issued;
         s.issued += 1;
-        Reply::Ordered(OrderedReply { ticket, gate: self.clone(), inner: Some(Box::new(reply)) })
+        Ticket { n, gate: self.clone(), done: false }
     }
 
-    fn complete(&self, ticket: u64, entry: Option<(Reply, Result<InferResponse>)>) {
+    fn complete(&self, ticket: u64, entry: Option<T>) {
         let mut s = self.state.lock();
         s.done.insert(ticket, entry);
         loop {
             let next = s.next;
             let Some(entry) = s.done.remove(&next) else { break };
             s.next += 1;
-            if let Some((reply, result)) = entry {
-                reply.send(result);
+            if let Some(answer) = entry {
+                answer.release();
             }
         }
     }
@@ -52,68 +59,56 @@ impl OrderGate {
     }
 }
 
-/// A reply that waits for its turn.
-pub struct OrderedReply {
-    ticket: u64,
-    gate: Arc<OrderGate>,
-    inner: Option<Box<Reply>>,
+/// A place in the order. Completing it releases its answer in turn; dropping it unanswered
+/// (the request never ran) lets the later answers go.
+pub struct Ticket<T: Release> {
+    n: u64,
+    gate: Arc<OrderGate<T>>,
+    done: bool,
 }
 
-impl OrderedReply {
-    pub(crate) fn inner(&self) -> &Reply {
-        self.inner.as_deref().expect("present until sent or dropped")
-    }
-
-    pub(crate) fn send(mut self, result: Result<InferResponse>) {
-        let inner = self.inner.take().expect("present until sent or dropped");
-        self.gate.complete(self.ticket, Some((*inner, result)));
+impl<T: Release> Ticket<T> {
+    pub fn complete(mut self, answer: T) {
+        self.done = true;
+        self.gate.complete(self.n, Some(answer));
     }
 }
 
-impl Drop for OrderedReply {
+impl<T: Release> Drop for Ticket<T> {
     fn drop(&mut self) {
-        // Dropped unanswered (the request never ran): later answers must not wait for it.
-        if self.inner.take().is_some() {
-            self.gate.complete(self.ticket, None);
+        if !self.done {
+            self.gate.complete(self.n, None);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::error::Error;
+    use std::sync::mpsc::{channel, Sender};
 
-    fn answer(id: &str) -> Result<InferResponse> {
-        Ok(InferResponse {
-            id: id.into(),
-            model: "m".into(),
-            version: 1,
-            outputs: vec![],
-            parameters: Default::default(),
-            is_final: true,
-            times: None,
-        })
+    use super::*;
+
+    struct Answer(&'static str, Sender<&'static str>);
+
+    impl Release for Answer {
+        fn release(self) {
+            self.1.send(self.0).unwrap();
+        }
     }
 
     #[test]
     fn answers_leave_in_ticket_order_and_dropped_tickets_do_not_block() {
         let gate = Arc::new(OrderGate::default());
-        let (r0, mut rx0) = Reply::once();
-        let (r1, mut rx1) = Reply::once();
-        let (r2, mut rx2) = Reply::once();
-        let (r3, mut rx3) = Reply::once();
-        let (o0, o1, o2, o3) = (gate.wrap(r0), gate.wrap(r1), gate.wrap(r2), gate.wrap(r3));
-        o2.send(answer("2"));
-        o1.send(Err(Error::invalid("bad")));
-        assert!(rx1.try_recv().is_err() && rx2.try_recv().is_err(), "held behind ticket 0");
+        let (tx, rx) = channel();
+        let (t0, t1, t2, t3) = (gate.ticket(), gate.ticket(), gate.ticket(), gate.ticket());
+        t2.complete(Answer("2", tx.clone()));
+        t1.complete(Answer("1", tx.clone()));
+        assert!(rx.try_recv().is_err(), "held behind ticket 0");
         assert_eq!(gate.held(), 2);
-        drop(o0);
-        assert!(rx0.try_recv().is_err(), "a dropped reply closes its channel");
-        assert!(rx1.try_recv().unwrap().is_err());
-        assert_eq!(rx2.try_recv().unwrap().unwrap().id, "2");
+        drop(t0);
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), ["1", "2"]);
         assert_eq!(gate.held(), 0);
-        o3.send(answer("3"));
-        assert_eq!(rx3.try_recv().unwrap().unwrap().id, "3");
+        t3.complete(Answer("3", tx));
+        assert_eq!(rx.try_recv().unwrap(), "3");
     }
 }

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::batcher::{Batcher, Next};
+use crate::batcher::Batcher;
 use crate::error::Error;
 use crate::figures::ModelFigures;
-use crate::instance::{Pending, Refused};
 use crate::policy::ModelPolicy;
+use crate::protocol::{Next, Pending, Refused};
 use crate::sequence::SequenceBatcher;
 
 #[derive(Debug)]

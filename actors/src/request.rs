@@ -7,6 +7,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
+use crate::ordering::{OrderGate, Release, Ticket};
 use crate::tensor::Tensor;
 use crate::trace::Trace;
 
@@ -125,7 +126,7 @@ pub enum Reply {
     /// or with an error.
     Stream(mpsc::UnboundedSender<Result<InferResponse>>),
     /// One answer, released in the model's acceptance order (`preserve_ordering`).
-    Ordered(crate::ordering::OrderedReply),
+    Ordered(OrderedReply),
 }
 
 impl std::fmt::Debug for Reply {
@@ -144,12 +145,17 @@ impl Reply {
         (Reply::Once(tx), rx)
     }
 
+    /// Wraps `reply` with the next place in `gate`'s order (call in acceptance order).
+    pub fn ordered(gate: &Arc<ReplyGate>, reply: Reply) -> Reply {
+        Reply::Ordered(OrderedReply { ticket: gate.ticket(), inner: Box::new(reply) })
+    }
+
     /// True when the client has gone: nobody will read the answer.
     pub fn is_closed(&self) -> bool {
         match self {
             Reply::Once(tx) => tx.is_closed(),
             Reply::Stream(tx) => tx.is_closed(),
-            Reply::Ordered(o) => o.inner().is_closed(),
+            Reply::Ordered(o) => o.inner.is_closed(),
         }
     }
 
@@ -162,7 +168,7 @@ impl Reply {
             Reply::Stream(tx) => {
                 let _ = tx.send(result);
             }
-            Reply::Ordered(o) => o.send(result),
+            Reply::Ordered(o) => o.ticket.complete(Answer(*o.inner, result)),
         }
     }
 
@@ -175,5 +181,58 @@ impl Reply {
             Reply::Stream(tx) => tx.send(Ok(response)).map_err(|_| Error::cancelled("the client closed the stream")),
             Reply::Ordered(_) => Err(Error::unsupported("preserve_ordering does not apply to decoupled responses")),
         }
+    }
+}
+
+/// The ordering gate of a model's replies (`preserve_ordering`).
+pub type ReplyGate = OrderGate<Answer>;
+
+/// A reply that waits for its turn in its model's order.
+pub struct OrderedReply {
+    ticket: Ticket<Answer>,
+    inner: Box<Reply>,
+}
+
+/// An answer held by the ordering gate until every earlier one has gone.
+pub struct Answer(Reply, Result<InferResponse>);
+
+impl Release for Answer {
+    fn release(self) {
+        self.0.send(self.1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(id: &str) -> Result<InferResponse> {
+        Ok(InferResponse {
+            id: id.into(),
+            model: "m".into(),
+            version: 1,
+            outputs: vec![],
+            parameters: Default::default(),
+            is_final: true,
+            times: None,
+        })
+    }
+
+    #[test]
+    fn ordered_replies_answer_in_acceptance_order_and_a_dropped_one_closes() {
+        let gate = Arc::new(ReplyGate::default());
+        let (r0, mut rx0) = Reply::once();
+        let (r1, mut rx1) = Reply::once();
+        let (r2, mut rx2) = Reply::once();
+        let (o0, o1, o2) = (Reply::ordered(&gate, r0), Reply::ordered(&gate, r1), Reply::ordered(&gate, r2));
+        assert!(!o0.is_closed());
+        o2.send(answer("2"));
+        o1.send(Err(Error::invalid("bad")));
+        assert!(rx1.try_recv().is_err() && rx2.try_recv().is_err(), "held behind the first");
+        drop(o0);
+        assert!(rx0.try_recv().is_err(), "a dropped reply closes its channel");
+        assert!(rx1.try_recv().unwrap().is_err());
+        assert_eq!(rx2.try_recv().unwrap().unwrap().id, "2");
+        assert_eq!(gate.held(), 0);
     }
 }

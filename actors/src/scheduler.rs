@@ -9,11 +9,10 @@ use std::time::Instant;
 use actix::{Actor, AsyncContext, Context, Handler, Message};
 use tokio::sync::oneshot;
 
-use crate::batcher::Next;
 use crate::error::Error;
 use crate::figures::ModelFigures;
-use crate::instance::{InstanceMsg, Pending};
 use crate::policy::ModelPolicy;
+use crate::protocol::{Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
 use crate::queue::Queue;
 use crate::stats::ModelStats;
 
@@ -166,11 +165,6 @@ impl Actor for Scheduler {
     }
 }
 
-/// A validated request to queue.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Enqueue(pub Pending);
-
 impl Handler<Enqueue> for Scheduler {
     type Result = ();
     fn handle(&mut self, Enqueue(p): Enqueue, ctx: &mut Context<Self>) {
@@ -202,14 +196,6 @@ impl Handler<Wake> for Scheduler {
     }
 }
 
-/// An instance finished its batch.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct InstanceIdle {
-    pub index: usize,
-    pub generation: u64,
-}
-
 impl Handler<InstanceIdle> for Scheduler {
     type Result = ();
     fn handle(&mut self, m: InstanceIdle, ctx: &mut Context<Self>) {
@@ -225,15 +211,6 @@ impl Handler<InstanceIdle> for Scheduler {
     }
 }
 
-/// From the supervisor: an instance (re)started and takes work.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct InstanceUp {
-    pub index: usize,
-    pub generation: u64,
-    pub mailbox: SyncSender<InstanceMsg>,
-}
-
 impl Handler<InstanceUp> for Scheduler {
     type Result = ();
     fn handle(&mut self, m: InstanceUp, ctx: &mut Context<Self>) {
@@ -244,16 +221,6 @@ impl Handler<InstanceUp> for Scheduler {
         self.slots[m.index] = Slot { mailbox: Some(m.mailbox), generation: m.generation, busy: false };
         self.pump(ctx);
     }
-}
-
-/// From the supervisor: an instance died; its batch was already answered.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct InstanceDown {
-    pub index: usize,
-    pub generation: u64,
-    /// The supervisor will not restart it (load failure, unload).
-    pub permanent: bool,
 }
 
 impl Handler<InstanceDown> for Scheduler {
@@ -273,11 +240,6 @@ impl Handler<InstanceDown> for Scheduler {
         self.finish_drain_if_done(ctx);
     }
 }
-
-/// Finish queued and running work, stop the instances, then stop; answers when done.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Drain(pub oneshot::Sender<()>);
 
 impl Handler<Drain> for Scheduler {
     type Result = ();

@@ -2,20 +2,20 @@
 //! one that failed or panicked, reports readiness, and drains the model on unload.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr, AsyncContext, Context, Handler, Message};
+use actix::{Actor, Addr, AsyncContext, Context, Handler};
 use tokio::sync::oneshot;
 
 use crate::backend::BackendFactory;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
-use crate::instance::{self, InstanceEnv, InstanceMsg};
+use crate::instance::{self, InstanceEnv};
 use crate::policy::ModelPolicy;
-use crate::scheduler::{Drain, InstanceDown, InstanceUp, Scheduler};
+use crate::protocol::{Drain, InstanceDown, InstanceExited, InstanceMsg, InstanceReady, InstanceUp, Stop};
+use crate::scheduler::Scheduler;
 use crate::stats::ModelStats;
 
 /// The longest wait between two restarts of a failing instance.
@@ -64,8 +64,9 @@ impl Supervisor {
             stats: self.stats.clone(),
             figures: self.figures.clone(),
             factory: self.factory.clone(),
-            scheduler: self.scheduler.clone(),
-            supervisor: ctx.address(),
+            idle: self.scheduler.clone().recipient(),
+            ready: ctx.address().recipient(),
+            exited: ctx.address().recipient(),
         });
     }
 
@@ -95,14 +96,6 @@ impl Actor for Supervisor {
     }
 }
 
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct InstanceReady {
-    pub index: usize,
-    pub generation: u64,
-    pub mailbox: SyncSender<InstanceMsg>,
-}
-
 impl Handler<InstanceReady> for Supervisor {
     type Result = ();
     fn handle(&mut self, m: InstanceReady, _ctx: &mut Context<Self>) {
@@ -119,15 +112,6 @@ impl Handler<InstanceReady> for Supervisor {
             let _ = self.loading.take().unwrap().send(Ok(()));
         }
     }
-}
-
-/// From an instance thread: it ended, and how.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct InstanceExited {
-    pub index: usize,
-    pub generation: u64,
-    pub exit: InstanceExit,
 }
 
 impl Handler<InstanceExited> for Supervisor {
@@ -162,11 +146,6 @@ impl Handler<InstanceExited> for Supervisor {
         });
     }
 }
-
-/// Unload: no more restarts; the scheduler finishes its work and stops the instances.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Stop(pub oneshot::Sender<()>);
 
 impl Handler<Stop> for Supervisor {
     type Result = ();

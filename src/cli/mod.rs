@@ -30,16 +30,8 @@ pub enum Compression {
     High,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ControlMode {
-    /// Load every model in the repositories at start; the repository API cannot change them.
-    None,
-    /// Rescan the repositories every --repository-poll-secs: load new, reload changed and
-    /// unload removed models.
-    Poll,
-    /// Load only --load-model models at start; the repository API loads and unloads.
-    Explicit,
-}
+/// `--model-control-mode`: the repository's own type (what it obeys), named here for the flags.
+pub use crate::repository::ControlMode;
 
 /// A boolean flag value as Triton parses one: `true`, `on` or `1`; `false`, `off` or `0`, in
 /// any case (Triton refuses `yes` and `no`, and so does Tritium).

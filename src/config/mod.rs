@@ -24,6 +24,12 @@ pub use crate::proto::inference::{
     ModelTensorReshape, ModelVersionPolicy,
 };
 
+/// True for a model that is an ensemble (`platform: "ensemble"` or `ensemble_scheduling`).
+pub fn is_ensemble(config: &ModelConfig) -> bool {
+    config.platform == "ensemble"
+        || matches!(config.scheduling_choice, Some(model_config::SchedulingChoice::EnsembleScheduling(_)))
+}
+
 /// A `parameters` entry that must be a non-negative integer (Tritium's own knobs: delays,
 /// bounds, thread counts); None when the config does not set it.
 pub fn uint_parameter(

@@ -59,7 +59,7 @@ pub fn pin_instances(
     config: &ModelConfig,
     cores: &std::collections::BTreeMap<String, Vec<usize>>,
 ) {
-    if cores.is_empty() || crate::ensemble::is_ensemble(config) {
+    if cores.is_empty() || super::is_ensemble(config) {
         return;
     }
     // Instances are made group by group, in order (see `instances`).
@@ -144,8 +144,8 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
         max_batch_size: config.max_batch_size.max(0) as usize,
         inputs,
         outputs,
-        instances: if crate::ensemble::is_ensemble(config) {
-            (0..crate::ensemble::ENSEMBLE_CONCURRENCY)
+        instances: if super::is_ensemble(config) {
+            (0..tritium_actors::ensemble::ENSEMBLE_CONCURRENCY)
                 .map(|i| InstanceSpec {
                     name: format!("{}_ensemble_{i}", config.name),
                     index: i,

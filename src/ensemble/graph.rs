@@ -5,21 +5,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use tritium_actors::ensemble::Plan;
+pub use tritium_actors::ensemble::Step;
 use tritium_actors::{DataType, Error, ModelPolicy, Result};
 
 use crate::config::model_config::SchedulingChoice;
 use crate::config::{engine_data_type, ModelConfig};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Step {
-    pub model: String,
-    /// `None` = the latest ready version (`model_version: -1`, or left out).
-    pub version: Option<i64>,
-    /// (the step model's input, the ensemble tensor it reads), sorted by input name.
-    pub inputs: Vec<(String, String)>,
-    /// (the step model's output, the ensemble tensor it writes), sorted by output name.
-    pub outputs: Vec<(String, String)>,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Graph {
@@ -29,10 +20,6 @@ pub struct Graph {
     pub inputs: Vec<(String, DataType, Vec<i64>)>,
     pub outputs: Vec<(String, DataType, Vec<i64>)>,
     pub batches: bool,
-}
-
-pub fn is_ensemble(config: &ModelConfig) -> bool {
-    config.platform == "ensemble" || matches!(config.scheduling_choice, Some(SchedulingChoice::EnsembleScheduling(_)))
 }
 
 fn step_name(i: usize, step: &Step) -> String {
@@ -223,6 +210,15 @@ impl Graph {
             }
         }
         Ok(())
+    }
+
+    /// What the ensemble actor runs.
+    pub fn plan(&self) -> Plan {
+        Plan {
+            name: self.name.clone(),
+            steps: self.steps.clone(),
+            outputs: self.outputs.iter().map(|(n, _, _)| n.clone()).collect(),
+        }
     }
 
     /// The composing models, for readiness.

@@ -14,7 +14,6 @@
 //! families cannot be, so the engine reports each request to a [`ModelLatency`] (see
 //! [`observer`]).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{describe_histogram, histogram, Histogram};
@@ -106,9 +105,6 @@ impl MetricsConfig {
     }
 }
 
-/// The config the metrics endpoint was started with; unset while metrics are off.
-pub(super) static CONFIG: OnceLock<MetricsConfig> = OnceLock::new();
-
 pub(super) fn describe() {
     describe_histogram!(
         "nv_inference_request_summary_us",
@@ -190,12 +186,6 @@ impl StatsObserver for ModelLatency {
             h.record(since_received.as_nanos() as f64 / 1e6);
         }
     }
-}
-
-/// The latency recorder of one model version, for the engine to report each request to; None
-/// when the metrics endpoint is off or `--metrics-config` asks for no per-request family.
-pub fn observer(model: &str, version: &str, decoupled: bool) -> Option<ModelLatency> {
-    ModelLatency::new(CONFIG.get()?, model, version, decoupled)
 }
 
 #[cfg(test)]

@@ -18,12 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
-pub use latency::{observer, MetricsConfig};
+pub use latency::MetricsConfig;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tritium_actors::stats::StatsObserver;
 use tritium_actors::ExitCause;
 
-use crate::server::Server;
+use crate::repository::{RepositoryManager, Router};
 
 fn describe() {
     describe_counter!("nv_inference_request_success", "Number of successful inference requests, all batch sizes");
@@ -103,8 +104,8 @@ fn describe() {
 }
 
 /// Copies every model's statistics and actor figures into the current recorder.
-fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) {
-    for model in server.repository.router().all() {
+fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) {
+    for model in router.all() {
         let name = model.name().to_string();
         let version = model.version().to_string();
         // Label names in alphabetical order, as Triton writes them.
@@ -194,9 +195,9 @@ fn refresh(server: &Server, host: &system::HostFigures, config: &MetricsConfig) 
 }
 
 /// The engine's own histograms: batch sizes, batcher waits, ensemble steps.
-fn histograms(server: &Server, out: &mut String) {
+fn histograms(router: &Router, out: &mut String) {
     let (mut sizes, mut delays, mut steps) = (Vec::new(), Vec::new(), Vec::new());
-    for model in server.repository.router().all() {
+    for model in router.all() {
         let labels = vec![("model", model.name().to_string()), ("version", model.version().to_string())];
         let f = &model.handle.figures;
         sizes.push((labels.clone(), f.batch_size.snapshot()));
@@ -231,14 +232,14 @@ fn histograms(server: &Server, out: &mut String) {
 }
 
 /// One scrape's text: the families rebuilt from the statistics, then the per-request ones.
-fn render(server: &Server, host: &system::HostFigures, config: &MetricsConfig, latency: &PrometheusHandle) -> String {
+fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, latency: &PrometheusHandle) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     metrics::with_local_recorder(&recorder, || {
         describe();
-        refresh(server, host, config);
+        refresh(router, host, config);
     });
     let mut text = recorder.handle().render();
-    histograms(server, &mut text);
+    histograms(router, &mut text);
     let rest = latency.render();
     if !rest.trim().is_empty() {
         if !text.ends_with("\n\n") {
@@ -250,14 +251,14 @@ fn render(server: &Server, host: &system::HostFigures, config: &MetricsConfig, l
 }
 
 struct State {
-    server: Arc<Server>,
+    repository: Arc<RepositoryManager>,
     config: MetricsConfig,
     latency: PrometheusHandle,
     host: Arc<system::HostFigures>,
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
-    let text = render(&state.server, &state.host, &state.config, &state.latency);
+    let text = render(state.repository.router(), &state.host, &state.config, &state.latency);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
@@ -301,15 +302,20 @@ pub struct HostMetrics {
 /// settings of `--metrics-config` and host figures sampled every `host.interval`. Call it before
 /// models load: the per-request families of a model are made when it loads (`observer`).
 pub fn serve_with(
-    server: Arc<Server>,
+    repository: Arc<RepositoryManager>,
     addr: SocketAddr,
     config: MetricsConfig,
     host: HostMetrics,
 ) -> anyhow::Result<actix_web::dev::Server> {
     let latency = install_latency_recorder(&config)?;
-    let _ = latency::CONFIG.set(config.clone());
+    // Each model version loaded from now on reports its requests to its latency families.
+    let families = config.clone();
+    repository.observe_loads(Box::new(move |model: &str, version: i64, decoupled: bool| {
+        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled)
+            .map(|l| Box::new(l) as Box<dyn StatsObserver>)
+    }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
-    let state = web::Data::new(State { server, config, latency, host });
+    let state = web::Data::new(State { repository, config, latency, host });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape)))
         .workers(1)
         .disable_signals()

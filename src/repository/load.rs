@@ -173,8 +173,7 @@ fn prepare_versions(
     config::normalize(&mut config, 0);
     config::validate(&config)?;
     let labels = read_labels(&dir.path, &config)?;
-    let graph =
-        if crate::ensemble::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };
+    let graph = if config::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };
     let mut steps = HashMap::new();
     let versions = versions
         .into_iter()
@@ -183,9 +182,10 @@ fn prepare_versions(
             config::pin_instances(&mut policy, &config, &settings.host_cores);
             let factory: Arc<dyn BackendFactory> = match &graph {
                 Some(g) => {
-                    let figures = Arc::new(crate::ensemble::StepFigures::new(g));
+                    let plan = g.plan();
+                    let figures = Arc::new(crate::ensemble::StepFigures::new(&plan));
                     steps.insert(v, figures.clone());
-                    Arc::new(crate::ensemble::EnsembleFactory::new(g.clone(), router.clone(), figures))
+                    Arc::new(crate::ensemble::EnsembleFactory::new(plan, router.clone(), figures))
                 }
                 None => backends::factory(&config, &dir.path, v, env)?,
             };

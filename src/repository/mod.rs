@@ -4,6 +4,7 @@
 //! new version beside the old one, which serves until the new one is ready, then drains.
 
 pub mod load;
+mod model;
 pub mod overrides;
 pub mod registered;
 pub mod router;
@@ -13,19 +14,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use actix::ArbiterHandle;
 use dashmap::DashMap;
 use load::LoadFailure;
+pub use model::{IndexEntry, LoadedModel};
 use parking_lot::Mutex;
 pub use router::Router;
 use scan::{fingerprint, ModelDir};
+use tritium_actors::stats::StatsObserver;
 use tritium_actors::{Error, ModelHandle, Result};
 
 use crate::backends::BackendEnv;
-use crate::cli::ControlMode;
-use crate::server::{IndexEntry, LoadedModel};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelState {
@@ -58,6 +59,18 @@ struct Record {
     fingerprint: Option<u64>,
     /// The model should be loaded (counts for readiness).
     wanted: bool,
+}
+
+/// How models are loaded and unloaded (`--model-control-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControlMode {
+    /// Load every model in the repositories at start; the repository API cannot change them.
+    None,
+    /// Rescan the repositories every --repository-poll-secs: load new, reload changed and
+    /// unload removed models.
+    Poll,
+    /// Load only --load-model models at start; the repository API loads and unloads.
+    Explicit,
 }
 
 pub struct RepositoryOptions {
@@ -106,7 +119,12 @@ pub struct RepositoryManager {
     /// Repositories registered while running (SageMaker's multi-model routes).
     registered: registered::Registered,
     startup_done: AtomicBool,
+    observers: OnceLock<ObserverFactory>,
 }
+
+/// Makes the observer a loaded model version reports each request to, if it needs one:
+/// (model, version, decoupled).
+pub type ObserverFactory = Box<dyn Fn(&str, i64, bool) -> Option<Box<dyn StatsObserver>> + Send + Sync>;
 
 impl RepositoryManager {
     pub fn new(opts: RepositoryOptions, engine: ArbiterHandle) -> Self {
@@ -119,7 +137,22 @@ impl RepositoryManager {
             records: Mutex::new(BTreeMap::new()),
             locks: DashMap::new(),
             startup_done: AtomicBool::new(false),
+            observers: OnceLock::new(),
         }
+    }
+
+    /// Sets what each model version loaded from now on reports its requests to (the metrics
+    /// endpoint's per-request families); only the first call has effect.
+    pub fn observe_loads(&self, observers: ObserverFactory) {
+        let _ = self.observers.set(observers);
+    }
+
+    /// Hands a freshly loaded version's requests to its observer, when it has one.
+    fn observed(&self, handle: ModelHandle, name: &str, version: i64, decoupled: bool) -> ModelHandle {
+        if let Some(observer) = self.observers.get().and_then(|make| make(name, version, decoupled)) {
+            handle.stats.set_observer(observer);
+        }
+        handle
     }
 
     pub fn router(&self) -> &Router {
@@ -365,7 +398,7 @@ impl RepositoryManager {
                 Ok(handle) => started.push((
                     version,
                     Arc::new(LoadedModel {
-                        handle: observed(handle, &name, version, decoupled),
+                        handle: self.observed(handle, &name, version, decoupled),
                         config: prepared.config.clone(),
                         labels: prepared.labels.clone(),
                         composing: composing.clone(),
@@ -541,13 +574,4 @@ impl RepositoryManager {
         }
         out
     }
-}
-
-/// Hands each request of a freshly loaded model to the metrics endpoint's per-request families
-/// (`--metrics-config`), when it has any.
-fn observed(handle: ModelHandle, name: &str, version: i64, decoupled: bool) -> ModelHandle {
-    if let Some(latency) = crate::metrics::observer(name, &version.to_string(), decoupled) {
-        handle.stats.set_observer(Box::new(latency));
-    }
-    handle
 }

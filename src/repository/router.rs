@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use tritium_actors::{Error, Result};
+use tritium_actors::ensemble::Route;
+use tritium_actors::{Error, InferRequest, Reply, Result};
 
-use crate::server::LoadedModel;
+use super::LoadedModel;
 
 type Versions = Arc<BTreeMap<i64, Arc<LoadedModel>>>;
 
@@ -58,5 +59,12 @@ impl Router {
 
     pub fn current(&self, name: &str) -> BTreeMap<i64, Arc<LoadedModel>> {
         self.models.get(name).map(|v| (**v).clone()).unwrap_or_default()
+    }
+}
+
+/// The ensemble actor reaches its composing models through the router.
+impl Route for Router {
+    fn submit(&self, model: &str, version: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
+        self.get(model, version)?.handle.submit(request, reply)
     }
 }

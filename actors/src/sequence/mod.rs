@@ -5,10 +5,12 @@
 //! the model returns is kept by the engine — in `StateStore`, not in the backend — so a
 //! restarted instance carries its sequences on with their state intact.
 //!
-//! Where a sequence may run is in `slots`; its state between requests in `state`.
+//! Where a sequence may run is in `slots`; its state between requests in `state`; the inputs
+//! added to each of its requests in `inputs`.
 
+mod inputs;
 mod slots;
-mod state;
+pub(crate) mod state;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,11 +20,10 @@ use std::time::Instant;
 use slots::Slots;
 pub use state::{SequenceTicket, StateStore};
 
-use crate::batcher::Next;
 use crate::error::Error;
 use crate::figures::ModelFigures;
-use crate::instance::{Pending, Refused};
 use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
+use crate::protocol::{Next, Pending, Refused};
 use crate::request::CorrelationId;
 use crate::tensor::DataType;
 
@@ -287,7 +288,7 @@ impl SequenceBatcher {
             let seq = self.active.get_mut(&id).expect("ready sequences are active");
             let mut p = seq.queue.pop_front().expect("ready sequences have a request");
             let flags = p.request.sequence.clone().expect("sequence requests carry flags");
-            state::prepare(&self.policy, self.batched, &self.store, &mut p, &id, flags.start, flags.end);
+            inputs::prepare(&self.policy, self.batched, &self.store, &mut p, &id, flags.start, flags.end);
             let seq = self.active.get_mut(&id).expect("still active");
             if let Some(first) = batch.first() {
                 if !self.batched || !compatible(first, &p) {

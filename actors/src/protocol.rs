@@ -1,0 +1,141 @@
+//! The engine's protocol: every message that crosses from one actor to another, and the
+//! request as it travels between them (`Pending`). Each actor imports this module, not the
+//! other actors: the scheduler (with its batcher or sequence batcher), the instances and the
+//! supervisor know the protocol, not each other.
+//!
+//! Who sends what:
+//!
+//! ```text
+//! ModelHandle --Enqueue--> scheduler --InstanceMsg::Execute--> instance
+//! instance --InstanceIdle--> scheduler
+//! instance --InstanceReady / InstanceExited--> supervisor
+//! supervisor --InstanceUp / InstanceDown / Drain--> scheduler
+//! ModelHandle --Stop--> supervisor
+//! ```
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::SyncSender;
+use std::time::Instant;
+
+use actix::Message;
+use tokio::sync::oneshot;
+
+use crate::error::{Error, ErrorKind};
+use crate::exit::InstanceExit;
+use crate::request::{InferRequest, Reply};
+use crate::sequence::state::SequenceTicket;
+use crate::stats::{FailureReason, ModelStats};
+
+/// A request waiting for, or running in, an execution.
+#[derive(Debug)]
+pub struct Pending {
+    pub request: InferRequest,
+    pub reply: Reply,
+    pub enqueued: Instant,
+    pub batch_size: usize,
+    /// For a request of a sequence model: where its implicit state goes.
+    pub sequence: Option<SequenceTicket>,
+}
+
+impl Pending {
+    /// Answers with an error and counts the failure.
+    /// The reason comes from the error's kind: for failures before the backend ran.
+    pub(crate) fn fail(self, stats: &ModelStats, error: Error) {
+        let reason = match error.kind {
+            ErrorKind::Unavailable => FailureReason::Rejected,
+            ErrorKind::Cancelled => FailureReason::Canceled,
+            ErrorKind::Internal => FailureReason::Backend,
+            _ => FailureReason::Other,
+        };
+        self.fail_as(stats, error, reason)
+    }
+
+    /// Answers with an error counted under `reason` (Triton counts every error the backend
+    /// reports as BACKEND, whatever its code).
+    pub(crate) fn fail_as(self, stats: &ModelStats, error: Error, reason: FailureReason) {
+        stats.record_failure(self.request.received.elapsed(), reason);
+        stats.pending.fetch_sub(1, Relaxed);
+        self.reply.send(Err(error));
+    }
+}
+
+/// A request a queue could not take, handed back with the reason (boxed: the rare path pays
+/// for the move, not every `Ok`).
+pub type Refused = Box<(Pending, Error)>;
+
+/// What the batcher says when asked for work.
+#[derive(Debug)]
+pub enum Next {
+    /// Send these requests as one execution now.
+    Batch(Vec<Pending>),
+    /// A batch could still grow; ask again at this instant.
+    WaitUntil(Instant),
+    /// Nothing queued.
+    Empty,
+}
+
+/// The instance actor's mailbox.
+pub(crate) enum InstanceMsg {
+    Execute(Vec<Pending>),
+    Shutdown,
+}
+
+/// A validated request to queue.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Enqueue(pub Pending);
+
+/// An instance finished its batch.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InstanceIdle {
+    pub index: usize,
+    pub generation: u64,
+}
+
+/// From the supervisor: an instance (re)started and takes work.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceUp {
+    pub index: usize,
+    pub generation: u64,
+    pub mailbox: SyncSender<InstanceMsg>,
+}
+
+/// From the supervisor: an instance died; its batch was already answered.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceDown {
+    pub index: usize,
+    pub generation: u64,
+    /// The supervisor will not restart it (load failure, unload).
+    pub permanent: bool,
+}
+
+/// Finish queued and running work, stop the instances, then stop; answers when done.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain(pub oneshot::Sender<()>);
+
+/// From an instance thread: its backend is loaded and it takes work on `mailbox`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceReady {
+    pub index: usize,
+    pub generation: u64,
+    pub mailbox: SyncSender<InstanceMsg>,
+}
+
+/// From an instance thread: it ended, and how.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InstanceExited {
+    pub index: usize,
+    pub generation: u64,
+    pub exit: InstanceExit,
+}
+
+/// Unload: no more restarts; the scheduler finishes its work and stops the instances.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop(pub oneshot::Sender<()>);
