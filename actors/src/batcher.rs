@@ -1,11 +1,14 @@
 //! The batcher: which queued requests form the next batch, and when. A plain struct that the
-//! scheduler actor drives; it holds no threads and no timers of its own.
+//! scheduler actor drives (the two together are the batcher actor, `scheduler::BatcherActor`); it holds no
+//! threads and no timers of its own.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::error::Error;
 use crate::policy::{ModelPolicy, QueuePolicy, SchedulerPolicy, TimeoutAction};
-use crate::protocol::{Next, Pending};
+use crate::protocol::{Next, Pending, Refused};
+use crate::queue::Queue;
 
 /// A queued request with what its queue policy says about waiting.
 #[derive(Debug)]
@@ -222,6 +225,41 @@ impl Batcher {
             }
         }
         Next::Batch((0..count).map(|_| self.pop_front().expect("counted")).collect())
+    }
+}
+
+impl Queue for Batcher {
+    fn push(&mut self, p: Pending) -> Result<(), Refused> {
+        Batcher::push(self, p).map_err(|p| Box::new((*p, Error::unavailable("Exceeds maximum queue size"))))
+    }
+
+    fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
+        Batcher::push(self, p).map_err(|p| Box::new((*p, Error::unavailable("instance lost and the queue is full"))))
+    }
+
+    /// The dynamic batcher serves any free instance.
+    fn next(&mut self, _instance: usize, now: Instant, idle: bool) -> Next {
+        Batcher::next(self, now, idle)
+    }
+
+    fn take_cancelled(&mut self) -> Vec<Pending> {
+        Batcher::take_cancelled(self)
+    }
+
+    fn take_expired(&mut self, now: Instant) -> Vec<Pending> {
+        Batcher::take_expired(self, now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        Batcher::next_deadline(self)
+    }
+
+    fn drain_all(&mut self) -> Vec<Pending> {
+        Batcher::drain_all(self)
+    }
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 

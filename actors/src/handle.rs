@@ -13,7 +13,7 @@ use crate::figures::ModelFigures;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::protocol::{Enqueue, Pending, Stop};
 use crate::request::{InferRequest, InferResponse, Reply, ReplyGate};
-use crate::scheduler::Scheduler;
+use crate::scheduler::SchedulerAddr;
 use crate::stats::{FailureReason, ModelStats};
 use crate::supervisor::Supervisor;
 use crate::validate::validate_request;
@@ -44,7 +44,7 @@ pub struct ModelHandle {
     pub policy: Arc<ModelPolicy>,
     pub stats: Arc<ModelStats>,
     pub figures: Arc<ModelFigures>,
-    scheduler: Addr<Scheduler>,
+    scheduler: SchedulerAddr,
     supervisor: Addr<Supervisor>,
     /// `preserve_ordering`: answers leave in acceptance order.
     order: Option<Arc<ReplyGate>>,
@@ -68,7 +68,7 @@ impl ModelHandle {
         let stats = Arc::new(ModelStats::default());
         let figures = Arc::new(ModelFigures::new(policy.instances.len()));
         let (p, s, f) = (policy.clone(), stats.clone(), figures.clone());
-        let scheduler = Scheduler::start_in_arbiter(engine, move |_| Scheduler::new(p, s, f));
+        let scheduler = SchedulerAddr::start(engine, p, s, f);
         let (tx, rx) = oneshot::channel();
         let (p, s, f, sch) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone());
         let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx));
@@ -88,7 +88,7 @@ impl ModelHandle {
 
     /// True while at least one instance is alive.
     pub fn is_ready(&self) -> bool {
-        self.figures.live_instances() > 0 && self.scheduler.connected()
+        self.figures.live_instances() > 0 && self.scheduler.enqueue.connected()
     }
 
     /// Validates and queues a request; its answer comes on `reply`. An error here means the
@@ -109,7 +109,7 @@ impl ModelHandle {
         let pending = Pending { request, reply, enqueued: Instant::now(), batch_size, sequence: None };
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.scheduler_mailbox.fetch_add(1, Relaxed);
-        if self.scheduler.try_send(Enqueue(pending)).is_err() {
+        if self.scheduler.enqueue.try_send(Enqueue(pending)).is_err() {
             self.figures.scheduler_mailbox.fetch_sub(1, Relaxed);
             self.stats.pending.fetch_sub(1, Relaxed);
             self.stats.record_failure(received.elapsed(), FailureReason::Rejected);

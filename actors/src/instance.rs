@@ -30,9 +30,9 @@ fn stamp(batch: &[Pending], activity: &'static str, at: Instant) {
     }
 }
 
-/// What an instance thread needs; cloned for each (re)start.
-#[derive(Clone)]
-pub(crate) struct InstanceEnv {
+/// The instance actor: one copy of a model, its backend created and run on its own thread.
+/// The supervisor makes one per (re)start; its mailbox is an `InstanceMsg` channel.
+pub(crate) struct InstanceActor {
     pub spec: InstanceSpec,
     pub generation: u64,
     pub policy: Arc<ModelPolicy>,
@@ -56,16 +56,18 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Starts an instance thread. It reports `InstanceReady` once its backend is loaded, and
-/// `InstanceExited` with how it ended.
-pub(crate) fn spawn(env: InstanceEnv) {
-    let name = format!("inst-{}", env.spec.name);
-    let result = std::thread::Builder::new().name(name).spawn(move || {
-        let exit = run(&env);
-        env.exited.do_send(InstanceExited { index: env.spec.index, generation: env.generation, exit });
-    });
-    if let Err(e) = result {
-        tracing::error!("could not start an instance thread: {e}");
+impl InstanceActor {
+    /// Starts the instance's thread. It reports `InstanceReady` once its backend is loaded,
+    /// and `InstanceExited` with how it ended.
+    pub fn spawn(self) {
+        let name = format!("inst-{}", self.spec.name);
+        let result = std::thread::Builder::new().name(name).spawn(move || {
+            let exit = run(&self);
+            self.exited.do_send(InstanceExited { index: self.spec.index, generation: self.generation, exit });
+        });
+        if let Err(e) = result {
+            tracing::error!("could not start an instance thread: {e}");
+        }
     }
 }
 
@@ -94,7 +96,7 @@ fn pin_to(cores: &[usize], instance: &str) {
     }
 }
 
-fn run(env: &InstanceEnv) -> InstanceExit {
+fn run(env: &InstanceActor) -> InstanceExit {
     let idx = env.spec.index;
     pin_to(&env.spec.cpu_cores, &env.spec.name);
     let created = catch_unwind(AssertUnwindSafe(|| env.factory.create(&env.spec)));
@@ -143,7 +145,7 @@ fn run(env: &InstanceEnv) -> InstanceExit {
 /// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already
 /// answered); `Ok(true)` when the scheduler was already told the instance is free (just before
 /// the answers went out, so a client's next request finds it free).
-fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<bool, String> {
+fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<bool, String> {
     let policy = &env.policy;
     let stats = &env.stats;
     let compute_start = Instant::now();
@@ -280,7 +282,7 @@ fn execute(env: &InstanceEnv, backend: &mut dyn Backend, batch: Vec<Pending>) ->
 }
 
 fn execute_decoupled(
-    env: &InstanceEnv,
+    env: &InstanceActor,
     backend: &mut dyn Backend,
     live: Vec<Pending>,
     input: BatchInput<'_>,

@@ -1,6 +1,10 @@
-//! Tritium's engine: tensors, requests and responses, the `Backend` trait, and the actors that
-//! schedule and run models — the scheduler (with its batcher), the instances and the
-//! supervisor. It knows nothing of HTTP, gRPC, `config.pbtxt` or any model library.
+//! Tritium's engine: tensors, requests and responses, the `Backend` trait, and the design's
+//! actors that schedule and run models — the batcher actor and the sequence actor (one
+//! scheduler actor over the dynamic or the sequence batcher, `scheduler::{BatcherActor,
+//! SequenceActor}`), the supervisor (`supervisor::Supervisor`) and the instances it owns
+//! (`instance`), and the ensemble actor (`ensemble::EnsembleActor`). The messages between them
+//! are in `protocol`. It knows nothing of HTTP, gRPC, `config.pbtxt` or any model library;
+//! `docs/architecture.md` maps the design to these types.
 
 pub mod backend;
 pub mod batch;
@@ -14,7 +18,7 @@ pub mod instance;
 pub mod ordering;
 pub mod policy;
 pub mod protocol;
-mod queue;
+pub mod queue;
 pub mod request;
 pub mod scheduler;
 pub mod sequence;
@@ -36,6 +40,8 @@ pub use policy::{
 pub use request::{
     CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags,
 };
+pub use scheduler::{BatcherActor, SequenceActor};
 pub use stats::{ModelStats, StatsSnapshot};
+pub use supervisor::Supervisor;
 pub use tensor::{DataType, Tensor};
 pub use trace::Trace;

@@ -1,122 +1,62 @@
-//! The scheduler's queue: the dynamic batcher, or the sequence batcher for a model with
-//! `sequence_batching`. One interface so the scheduler actor drives either the same way.
+//! The scheduler actor's queue, as a trait: what a scheduling policy must answer so one
+//! scheduler actor can drive it. The dynamic batcher (`Batcher`, making the batcher actor) and
+//! the sequence batcher (`SequenceBatcher`, making the sequence actor) implement it.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::batcher::Batcher;
 use crate::error::Error;
-use crate::figures::ModelFigures;
-use crate::policy::ModelPolicy;
 use crate::protocol::{Next, Pending, Refused};
-use crate::sequence::SequenceBatcher;
 
-#[derive(Debug)]
-pub(crate) enum Queue {
-    Batch(Batcher),
-    Sequence(Box<SequenceBatcher>),
-}
-
-impl Queue {
-    pub fn new(policy: &ModelPolicy, figures: Arc<ModelFigures>) -> Self {
-        match policy.sequence() {
-            Some(seq) => Queue::Sequence(Box::new(SequenceBatcher::new(policy, seq, figures))),
-            None => Queue::Batch(Batcher::new(policy)),
-        }
-    }
+pub trait Queue: Unpin + 'static {
+    /// Queues a request, or hands it back with the reason it cannot be queued.
+    fn push(&mut self, p: Pending) -> Result<(), Refused>;
 
     /// Puts back a request that was taken for an instance that died before it got it.
-    pub fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
-        match self {
-            Queue::Batch(b) => {
-                b.push(p).map_err(|p| Box::new((*p, Error::unavailable("instance lost and the queue is full"))))
-            }
-            Queue::Sequence(s) => s.requeue(p),
-        }
-    }
+    fn requeue(&mut self, p: Pending) -> Result<(), Refused>;
 
-    pub fn push(&mut self, p: Pending) -> Result<(), Refused> {
-        match self {
-            Queue::Batch(b) => b.push(p).map_err(|p| Box::new((*p, Error::unavailable("Exceeds maximum queue size")))),
-            Queue::Sequence(s) => s.push(p),
-        }
-    }
-
-    /// The next batch for the free instance `instance` (the dynamic batcher serves any);
-    /// `idle`: no instance of the model is executing.
-    pub fn next(&mut self, instance: usize, now: Instant, idle: bool) -> Next {
-        match self {
-            Queue::Batch(b) => b.next(now, idle),
-            Queue::Sequence(s) => s.next(instance, now),
-        }
-    }
+    /// The next batch for the free instance `instance`; `idle`: no instance of the model is
+    /// executing.
+    fn next(&mut self, instance: usize, now: Instant, idle: bool) -> Next;
 
     /// An instance finished a batch; returns requests that can no longer run.
-    pub fn finished(&mut self, instance: usize, now: Instant) -> Vec<(Pending, Error)> {
-        match self {
-            Queue::Batch(_) => Vec::new(),
-            Queue::Sequence(s) => s.finished(instance, now),
-        }
+    fn finished(&mut self, _instance: usize, _now: Instant) -> Vec<(Pending, Error)> {
+        Vec::new()
     }
 
-    pub fn instance_down(&mut self, instance: usize) {
-        if let Queue::Sequence(s) = self {
-            s.instance_down(instance);
-        }
+    /// An instance died; what it ran was answered.
+    fn instance_down(&mut self, _instance: usize) {}
+
+    /// How often the scheduler calls `expire_idle`, if ever.
+    fn idle_check_every(&self) -> Option<Duration> {
+        None
     }
 
-    pub fn expire_idle(&mut self, now: Instant) {
-        if let Queue::Sequence(s) = self {
-            s.expire_idle(now);
-        }
-    }
+    /// Frees what has been idle too long at `now`.
+    fn expire_idle(&mut self, _now: Instant) {}
 
-    pub fn take_cancelled(&mut self) -> Vec<Pending> {
-        match self {
-            Queue::Batch(b) => b.take_cancelled(),
-            Queue::Sequence(s) => s.take_cancelled(),
-        }
-    }
+    /// Removes queued requests whose client has gone.
+    fn take_cancelled(&mut self) -> Vec<Pending>;
 
     /// Requests whose queue timeout passed under REJECT (DELAY ones are moved back inside).
-    pub fn take_expired(&mut self, now: Instant) -> Vec<Pending> {
-        match self {
-            Queue::Batch(b) => b.take_expired(now),
-            Queue::Sequence(_) => Vec::new(),
-        }
+    fn take_expired(&mut self, _now: Instant) -> Vec<Pending> {
+        Vec::new()
     }
 
     /// Requests refused with their own error once their time is up (a sequence request whose
     /// START never came).
-    pub fn take_refused(&mut self, now: Instant) -> Vec<(Pending, Error)> {
-        match self {
-            Queue::Batch(_) => Vec::new(),
-            Queue::Sequence(s) => s.take_orphans_expired(now),
-        }
+    fn take_refused(&mut self, _now: Instant) -> Vec<(Pending, Error)> {
+        Vec::new()
     }
 
-    pub fn next_deadline(&self) -> Option<Instant> {
-        match self {
-            Queue::Batch(b) => b.next_deadline(),
-            Queue::Sequence(s) => s.next_deadline(),
-        }
-    }
+    /// The earliest instant at which something queued changes by itself.
+    fn next_deadline(&self) -> Option<Instant>;
 
-    pub fn drain_all(&mut self) -> Vec<Pending> {
-        match self {
-            Queue::Batch(b) => b.drain_all(),
-            Queue::Sequence(s) => s.drain_all(),
-        }
-    }
+    /// Removes every queued request (for failing them when no instance is left).
+    fn drain_all(&mut self) -> Vec<Pending>;
 
-    pub fn len(&self) -> usize {
-        match self {
-            Queue::Batch(b) => b.len(),
-            Queue::Sequence(s) => s.len(),
-        }
-    }
+    fn len(&self) -> usize;
 
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -1,20 +1,32 @@
-//! The scheduler actor of one model version: owns the queue, asks the batcher for batches and
-//! hands each to a free instance. It runs no model; the instances tell it when they are free.
+//! The scheduler actor of one model version: owns the queue, asks it for batches and hands each
+//! to a free instance. It runs no model; the instances tell it when they are free. It is
+//! generic over its queue: with the dynamic batcher it is the batcher actor (`BatcherActor`),
+//! with the sequence batcher the sequence actor (`SequenceActor`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{Actor, AsyncContext, Context, Handler, Message};
+use actix::{Actor, Addr, ArbiterHandle, AsyncContext, Context, Handler, Message, Recipient};
 use tokio::sync::oneshot;
 
+use crate::batcher::Batcher;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::ModelPolicy;
 use crate::protocol::{Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
 use crate::queue::Queue;
+use crate::sequence::SequenceBatcher;
 use crate::stats::ModelStats;
+
+/// The batcher actor: the scheduler actor driving the dynamic batcher, for a model without
+/// `sequence_batching` (with `dynamic_batching`, or sending each request alone).
+pub type BatcherActor = Scheduler<Batcher>;
+
+/// The sequence actor: the scheduler actor driving the sequence batcher, for a model with
+/// `sequence_batching`. It pins each correlation ID to a slot and owns the sequences' state.
+pub type SequenceActor = Scheduler<SequenceBatcher>;
 
 struct Slot {
     mailbox: Option<SyncSender<InstanceMsg>>,
@@ -22,11 +34,11 @@ struct Slot {
     busy: bool,
 }
 
-pub struct Scheduler {
+pub struct Scheduler<Q: Queue> {
     policy: Arc<ModelPolicy>,
     stats: Arc<ModelStats>,
     figures: Arc<ModelFigures>,
-    batcher: Queue,
+    queue: Q,
     slots: Vec<Slot>,
     /// The deadline a timer is set for.
     wake: Option<Instant>,
@@ -34,19 +46,10 @@ pub struct Scheduler {
     draining: bool,
 }
 
-impl Scheduler {
-    pub(crate) fn new(policy: Arc<ModelPolicy>, stats: Arc<ModelStats>, figures: Arc<ModelFigures>) -> Self {
+impl<Q: Queue> Scheduler<Q> {
+    pub(crate) fn new(policy: Arc<ModelPolicy>, stats: Arc<ModelStats>, figures: Arc<ModelFigures>, queue: Q) -> Self {
         let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0, busy: false }).collect();
-        Scheduler {
-            batcher: Queue::new(&policy, figures.clone()),
-            policy,
-            stats,
-            figures,
-            slots,
-            wake: None,
-            drained: Vec::new(),
-            draining: false,
-        }
+        Scheduler { queue, policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
     }
 
     fn has_live_instance(&self) -> bool {
@@ -55,13 +58,13 @@ impl Scheduler {
 
     /// Hands batches to free instances while both exist; arms a timer when a batch may grow.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        for p in self.batcher.take_cancelled() {
+        for p in self.queue.take_cancelled() {
             p.fail(&self.stats, Error::cancelled("the client cancelled the request"));
         }
-        for p in self.batcher.take_expired(Instant::now()) {
+        for p in self.queue.take_expired(Instant::now()) {
             p.fail(&self.stats, Error::unavailable("Request timeout expired"));
         }
-        for (p, e) in self.batcher.take_refused(Instant::now()) {
+        for (p, e) in self.queue.take_refused(Instant::now()) {
             p.fail(&self.stats, e);
         }
         loop {
@@ -73,7 +76,7 @@ impl Scheduler {
             // Nothing executing: a lone queued request has nothing to wait for.
             let idle = self.slots.iter().all(|s| !s.busy);
             for idx in free {
-                match self.batcher.next(idx, now, idle) {
+                match self.queue.next(idx, now, idle) {
                     Next::Empty => continue,
                     Next::WaitUntil(at) => wait = Some(wait.map_or(at, |w: Instant| w.min(at))),
                     Next::Batch(batch) => {
@@ -84,7 +87,7 @@ impl Scheduler {
             }
             let Some((idx, batch)) = found else {
                 // Wake for the batcher's delay or the next queue timeout, whichever comes first.
-                let wait = match (wait, self.batcher.next_deadline()) {
+                let wait = match (wait, self.queue.next_deadline()) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
@@ -116,9 +119,9 @@ impl Scheduler {
                 | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
                     // The instance died between messages; its requests must not be lost.
                     slot.mailbox = None;
-                    self.batcher.instance_down(idx);
+                    self.queue.instance_down(idx);
                     for p in batch.into_iter().rev() {
-                        if let Err(refused) = self.batcher.requeue(p) {
+                        if let Err(refused) = self.queue.requeue(p) {
                             let (p, e) = *refused;
                             p.fail(&self.stats, e);
                         }
@@ -127,12 +130,12 @@ impl Scheduler {
                 Err(_) => unreachable!("only Execute is sent here"),
             }
         }
-        self.figures.queue_len.store(self.batcher.len() as u64, Relaxed);
+        self.figures.queue_len.store(self.queue.len() as u64, Relaxed);
         self.finish_drain_if_done(ctx);
     }
 
     fn finish_drain_if_done(&mut self, ctx: &mut Context<Self>) {
-        if self.draining && self.batcher.is_empty() && self.slots.iter().all(|s| !s.busy) {
+        if self.draining && self.queue.is_empty() && self.slots.iter().all(|s| !s.busy) {
             for s in &mut self.slots {
                 if let Some(mb) = s.mailbox.take() {
                     let _ = mb.send(InstanceMsg::Shutdown);
@@ -146,26 +149,21 @@ impl Scheduler {
     }
 }
 
-impl Actor for Scheduler {
+impl<Q: Queue> Actor for Scheduler<Q> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.policy.queue_capacity);
-        if let Some(seq) = self.policy.sequence() {
-            if !seq.max_idle.is_zero() {
-                // Idle sequences give their slots up within a tenth of the idle timeout.
-                let every = (seq.max_idle / 10)
-                    .clamp(std::time::Duration::from_millis(5), std::time::Duration::from_millis(100));
-                ctx.run_interval(every, |act, ctx| {
-                    act.batcher.expire_idle(Instant::now());
-                    act.pump(ctx);
-                });
-            }
+        if let Some(every) = self.queue.idle_check_every() {
+            ctx.run_interval(every, |act, ctx| {
+                act.queue.expire_idle(Instant::now());
+                act.pump(ctx);
+            });
         }
     }
 }
 
-impl Handler<Enqueue> for Scheduler {
+impl<Q: Queue> Handler<Enqueue> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, Enqueue(p): Enqueue, ctx: &mut Context<Self>) {
         self.figures.scheduler_mailbox.fetch_sub(1, Relaxed);
@@ -173,7 +171,7 @@ impl Handler<Enqueue> for Scheduler {
             let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
             return p.fail(&self.stats, e);
         }
-        if let Err(refused) = self.batcher.push(p) {
+        if let Err(refused) = self.queue.push(p) {
             let (p, e) = *refused;
             return p.fail(&self.stats, e);
         }
@@ -186,7 +184,7 @@ impl Handler<Enqueue> for Scheduler {
 #[rtype(result = "()")]
 struct Wake(Instant);
 
-impl Handler<Wake> for Scheduler {
+impl<Q: Queue> Handler<Wake> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, Wake(at): Wake, ctx: &mut Context<Self>) {
         if self.wake == Some(at) {
@@ -196,13 +194,13 @@ impl Handler<Wake> for Scheduler {
     }
 }
 
-impl Handler<InstanceIdle> for Scheduler {
+impl<Q: Queue> Handler<InstanceIdle> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, m: InstanceIdle, ctx: &mut Context<Self>) {
         if let Some(s) = self.slots.get_mut(m.index) {
             if s.generation == m.generation {
                 s.busy = false;
-                for (p, e) in self.batcher.finished(m.index, Instant::now()) {
+                for (p, e) in self.queue.finished(m.index, Instant::now()) {
                     p.fail(&self.stats, e);
                 }
             }
@@ -211,7 +209,7 @@ impl Handler<InstanceIdle> for Scheduler {
     }
 }
 
-impl Handler<InstanceUp> for Scheduler {
+impl<Q: Queue> Handler<InstanceUp> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, m: InstanceUp, ctx: &mut Context<Self>) {
         if self.draining {
@@ -223,17 +221,17 @@ impl Handler<InstanceUp> for Scheduler {
     }
 }
 
-impl Handler<InstanceDown> for Scheduler {
+impl<Q: Queue> Handler<InstanceDown> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, m: InstanceDown, ctx: &mut Context<Self>) {
         let s = &mut self.slots[m.index];
         if s.generation == m.generation {
             s.mailbox = None;
             s.busy = false;
-            self.batcher.instance_down(m.index);
+            self.queue.instance_down(m.index);
         }
         if !self.has_live_instance() && m.permanent {
-            for p in self.batcher.drain_all() {
+            for p in self.queue.drain_all() {
                 p.fail(&self.stats, Error::unavailable(format!("model '{}' has no live instance", self.policy.name)));
             }
         }
@@ -241,16 +239,60 @@ impl Handler<InstanceDown> for Scheduler {
     }
 }
 
-impl Handler<Drain> for Scheduler {
+impl<Q: Queue> Handler<Drain> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, Drain(tx): Drain, ctx: &mut Context<Self>) {
         self.draining = true;
         self.drained.push(tx);
         if !self.has_live_instance() {
-            for p in self.batcher.drain_all() {
+            for p in self.queue.drain_all() {
                 p.fail(&self.stats, Error::unavailable(format!("model '{}' is unloading", self.policy.name)));
             }
         }
         self.pump(ctx);
+    }
+}
+
+/// How the supervisor and the instances reach a scheduler actor, whichever its queue.
+#[derive(Clone)]
+pub(crate) struct SchedulerAddr {
+    pub enqueue: Recipient<Enqueue>,
+    pub idle: Recipient<InstanceIdle>,
+    pub up: Recipient<InstanceUp>,
+    pub down: Recipient<InstanceDown>,
+    pub drain: Recipient<Drain>,
+}
+
+impl SchedulerAddr {
+    pub fn of<Q: Queue>(addr: Addr<Scheduler<Q>>) -> Self {
+        SchedulerAddr {
+            enqueue: addr.clone().recipient(),
+            idle: addr.clone().recipient(),
+            up: addr.clone().recipient(),
+            down: addr.clone().recipient(),
+            drain: addr.recipient(),
+        }
+    }
+
+    /// Starts the scheduler actor of `policy` on `engine`: the sequence actor for a model with
+    /// `sequence_batching`, else the batcher actor.
+    pub fn start(
+        engine: &ArbiterHandle,
+        policy: Arc<ModelPolicy>,
+        stats: Arc<ModelStats>,
+        figures: Arc<ModelFigures>,
+    ) -> Self {
+        match policy.sequence() {
+            Some(seq) => {
+                let queue = SequenceBatcher::new(&policy, seq, figures.clone());
+                Self::of(SequenceActor::start_in_arbiter(engine, move |_| {
+                    Scheduler::new(policy, stats, figures, queue)
+                }))
+            }
+            None => {
+                let queue = Batcher::new(&policy);
+                Self::of(BatcherActor::start_in_arbiter(engine, move |_| Scheduler::new(policy, stats, figures, queue)))
+            }
+        }
     }
 }

@@ -5,17 +5,17 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr, AsyncContext, Context, Handler};
+use actix::{Actor, AsyncContext, Context, Handler};
 use tokio::sync::oneshot;
 
 use crate::backend::BackendFactory;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
-use crate::instance::{self, InstanceEnv};
+use crate::instance::InstanceActor;
 use crate::policy::ModelPolicy;
 use crate::protocol::{Drain, InstanceDown, InstanceExited, InstanceMsg, InstanceReady, InstanceUp, Stop};
-use crate::scheduler::Scheduler;
+use crate::scheduler::SchedulerAddr;
 use crate::stats::ModelStats;
 
 /// The longest wait between two restarts of a failing instance.
@@ -33,7 +33,7 @@ pub struct Supervisor {
     stats: Arc<ModelStats>,
     figures: Arc<ModelFigures>,
     factory: Arc<dyn BackendFactory>,
-    scheduler: Addr<Scheduler>,
+    scheduler: SchedulerAddr,
     members: Vec<Member>,
     /// Answered once every instance has loaded, or the first one failed to.
     loading: Option<oneshot::Sender<Result<()>>>,
@@ -46,7 +46,7 @@ impl Supervisor {
         stats: Arc<ModelStats>,
         figures: Arc<ModelFigures>,
         factory: Arc<dyn BackendFactory>,
-        scheduler: Addr<Scheduler>,
+        scheduler: SchedulerAddr,
         loading: oneshot::Sender<Result<()>>,
     ) -> Self {
         let members =
@@ -57,17 +57,18 @@ impl Supervisor {
     fn start_instance(&mut self, index: usize, ctx: &mut Context<Self>) {
         let member = &mut self.members[index];
         member.generation += 1;
-        instance::spawn(InstanceEnv {
+        InstanceActor {
             spec: self.policy.instances[index].clone(),
             generation: member.generation,
             policy: self.policy.clone(),
             stats: self.stats.clone(),
             figures: self.figures.clone(),
             factory: self.factory.clone(),
-            idle: self.scheduler.clone().recipient(),
+            idle: self.scheduler.idle.clone(),
             ready: ctx.address().recipient(),
             exited: ctx.address().recipient(),
-        });
+        }
+        .spawn();
     }
 
     fn stop_all(&mut self) {
@@ -75,7 +76,7 @@ impl Supervisor {
         for (index, m) in self.members.iter_mut().enumerate() {
             m.alive = false;
             self.figures.instance(index).alive.store(false, Relaxed);
-            self.scheduler.do_send(InstanceDown { index, generation: m.generation, permanent: true });
+            self.scheduler.down.do_send(InstanceDown { index, generation: m.generation, permanent: true });
         }
     }
 }
@@ -107,7 +108,7 @@ impl Handler<InstanceReady> for Supervisor {
         member.alive = true;
         member.failed_starts = 0;
         self.figures.instance(m.index).alive.store(true, Relaxed);
-        self.scheduler.do_send(InstanceUp { index: m.index, generation: m.generation, mailbox: m.mailbox });
+        self.scheduler.up.do_send(InstanceUp { index: m.index, generation: m.generation, mailbox: m.mailbox });
         if self.loading.is_some() && self.members.iter().all(|m| m.alive) {
             let _ = self.loading.take().unwrap().send(Ok(()));
         }
@@ -136,7 +137,7 @@ impl Handler<InstanceExited> for Supervisor {
         figures.restarts.add(m.exit.cause());
         tracing::warn!(model = %self.policy.name, version = self.policy.version,
             "instance {} failed ({}); restarting", self.policy.instances[m.index].name, m.exit);
-        self.scheduler.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
+        self.scheduler.down.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
         let backoff = Duration::from_millis(50u64 << member.failed_starts.min(8).saturating_sub(1)).min(MAX_BACKOFF);
         let index = m.index;
         ctx.run_later(backoff, move |act, ctx| {
@@ -155,7 +156,7 @@ impl Handler<Stop> for Supervisor {
             m.alive = false;
             self.figures.instance(index).alive.store(false, Relaxed);
         }
-        self.scheduler.do_send(Drain(done));
+        self.scheduler.drain.do_send(Drain(done));
         actix::ActorContext::stop(ctx);
     }
 }

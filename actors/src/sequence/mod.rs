@@ -1,9 +1,9 @@
 //! The sequence batcher: Triton's `sequence_batching`, driven by the scheduler actor like the
-//! dynamic batcher. Each correlation ID gets a slot (for its life with the `direct` strategy,
-//! on one instance); its requests run one at a time, in order; the control inputs (START, END,
-//! READY, CORRID) and the implicit state tensors are added to each request here, and the state
-//! the model returns is kept by the engine — in `StateStore`, not in the backend — so a
-//! restarted instance carries its sequences on with their state intact.
+//! dynamic batcher (the two together are the sequence actor, `scheduler::SequenceActor`). Each correlation ID
+//! gets a slot (for its life with the `direct` strategy, on one instance); its requests run one at a time, in
+//! order; the control inputs (START, END, READY, CORRID) and the implicit state tensors are added to each
+//! request here, and the state the model returns is kept by the engine — in `StateStore`, not in the backend
+//! — so a restarted instance carries its sequences on with their state intact.
 //!
 //! Where a sequence may run is in `slots`; its state between requests in `state`; the inputs
 //! added to each of its requests in `inputs`.
@@ -15,7 +15,7 @@ pub(crate) mod state;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use slots::Slots;
 pub use state::{SequenceTicket, StateStore};
@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
 use crate::protocol::{Next, Pending, Refused};
+use crate::queue::Queue;
 use crate::request::CorrelationId;
 use crate::tensor::DataType;
 
@@ -405,6 +406,58 @@ impl SequenceBatcher {
         self.queued = 0;
         self.publish();
         all
+    }
+}
+
+impl Queue for SequenceBatcher {
+    fn push(&mut self, p: Pending) -> Result<(), Refused> {
+        SequenceBatcher::push(self, p)
+    }
+
+    fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
+        SequenceBatcher::requeue(self, p)
+    }
+
+    fn next(&mut self, instance: usize, now: Instant, _idle: bool) -> Next {
+        SequenceBatcher::next(self, instance, now)
+    }
+
+    fn finished(&mut self, instance: usize, now: Instant) -> Vec<(Pending, Error)> {
+        SequenceBatcher::finished(self, instance, now)
+    }
+
+    fn instance_down(&mut self, instance: usize) {
+        SequenceBatcher::instance_down(self, instance)
+    }
+
+    /// Idle sequences give their slots up within a tenth of the idle timeout.
+    fn idle_check_every(&self) -> Option<Duration> {
+        let idle = self.policy.max_idle;
+        (!idle.is_zero()).then(|| (idle / 10).clamp(Duration::from_millis(5), Duration::from_millis(100)))
+    }
+
+    fn expire_idle(&mut self, now: Instant) {
+        SequenceBatcher::expire_idle(self, now)
+    }
+
+    fn take_cancelled(&mut self) -> Vec<Pending> {
+        SequenceBatcher::take_cancelled(self)
+    }
+
+    fn take_refused(&mut self, now: Instant) -> Vec<(Pending, Error)> {
+        self.take_orphans_expired(now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        SequenceBatcher::next_deadline(self)
+    }
+
+    fn drain_all(&mut self) -> Vec<Pending> {
+        SequenceBatcher::drain_all(self)
+    }
+
+    fn len(&self) -> usize {
+        self.queued
     }
 }
 
