@@ -16,7 +16,7 @@ use futures::stream::{FuturesUnordered, StreamExt as _};
 
 use crate::backend::{Backend, BackendFactory, BatchInput, InstanceSpec};
 use crate::error::{Error, Result};
-use crate::figures::{Histogram, LATENCY_US_BOUNDS};
+use crate::histogram::{Histogram, LATENCY_US_BOUNDS};
 use crate::request::{InferRequest, Reply, RequestedOutput};
 use crate::stats::ComputeTimes;
 use crate::tensor::Tensor;

@@ -1,166 +1,344 @@
-//! The observable state of a model's actors (quickwit's `observable_state` habit): what each
-//! actor reports of itself, read by the metrics exporter without asking the actor.
+//! The observable state of a model's actors (quickwit's `observable_state` habit): each actor
+//! kind publishes its own state, with atomics only it writes, and anyone reads a snapshot of it
+//! without asking the actor or taking a lock — the metrics exporter at scrape time, tests as
+//! whole values.
+//!
+//! | state | written by |
+//! | --- | --- |
+//! | `SchedulerState` | the scheduler actor (batcher or sequence actor) |
+//! | `SequenceState` | the sequence actor (its state store keeps the bytes it holds) |
+//! | `SupervisorState` | the supervisor |
+//! | `InstanceState` | each instance, its own |
+//! | `ModelFigures::submitted` | the model's handle, as it sends requests to the scheduler |
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
-use crate::exit::RestartCounts;
+use crate::exit::{ExitCause, RestartCounts};
+use crate::histogram::{Histogram, HistogramSnapshot, BATCH_SIZE_BOUNDS, LATENCY_US_BOUNDS};
 
-/// A histogram with fixed upper bounds and atomic buckets: cheap enough to record every batch
-/// or step into, read as a Prometheus histogram at scrape time.
+/// The scheduler actor's state.
 #[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// One count per bound, then the overflow (+Inf) bucket; not cumulative.
-    counts: Vec<AtomicU64>,
-    /// Sum of observations, in thousandths of the unit (so whole-unit figures stay exact).
-    sum_milli: AtomicU64,
+pub struct SchedulerState {
+    /// Requests queued, not yet handed to an instance.
+    queue_len: AtomicU64,
+    /// Requests taken from its mailbox (`ModelFigures::submitted` minus this is its depth).
+    handled: AtomicU64,
+    batches: AtomicU64,
+    items: AtomicU64,
+    /// Batches handed to each instance (minus the instance's `taken`: its mailbox depth).
+    dispatched: Vec<AtomicU64>,
+    batch_size: Histogram,
+    batch_delay_us: Histogram,
 }
 
-/// A histogram's cumulative buckets, as Prometheus writes them.
+/// What the scheduler actor reports.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HistogramSnapshot {
-    /// (upper bound, observations <= bound), ascending; +Inf is `count`.
-    pub buckets: Vec<(f64, u64)>,
-    pub count: u64,
-    pub sum: f64,
+pub struct SchedulerSnapshot {
+    pub queue_len: u64,
+    /// Requests sent to the scheduler and not yet handled.
+    pub mailbox: u64,
+    /// Batches handed to instances, and the items they held.
+    pub batches: u64,
+    pub items: u64,
+    /// Items per batch.
+    pub batch_size: HistogramSnapshot,
+    /// How long the oldest request of each batch waited, in µs.
+    pub batch_delay_us: HistogramSnapshot,
 }
 
-impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Self {
-        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "ascending bounds");
-        Histogram {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_milli: AtomicU64::new(0),
+impl SchedulerState {
+    fn new(instances: usize) -> Self {
+        SchedulerState {
+            queue_len: AtomicU64::new(0),
+            handled: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            items: AtomicU64::new(0),
+            dispatched: (0..instances).map(|_| AtomicU64::new(0)).collect(),
+            batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
+            batch_delay_us: Histogram::new(LATENCY_US_BOUNDS),
         }
     }
 
-    pub fn record(&self, value: f64) {
-        let i = self.bounds.iter().position(|b| value <= *b).unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Relaxed);
-        self.sum_milli.fetch_add((value.max(0.0) * 1000.0).round() as u64, Relaxed);
+    pub(crate) fn handled(&self) {
+        self.handled.fetch_add(1, Relaxed);
     }
 
-    /// Records a duration in microseconds.
-    pub fn record_us(&self, d: Duration) {
-        self.record(d.as_nanos() as f64 / 1000.0);
+    pub(crate) fn queued(&self, len: usize) {
+        self.queue_len.store(len as u64, Relaxed);
     }
 
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut running = 0;
-        let mut buckets = Vec::with_capacity(self.bounds.len());
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            running += c.load(Relaxed);
-            buckets.push((*b, running));
+    /// A batch of `items` left for an instance, its oldest request having waited `waited`.
+    pub(crate) fn batch(&self, items: usize, waited: Option<Duration>) {
+        self.batches.fetch_add(1, Relaxed);
+        self.items.fetch_add(items as u64, Relaxed);
+        self.batch_size.record(items as f64);
+        if let Some(w) = waited {
+            self.batch_delay_us.record_us(w);
         }
-        let count = running + self.counts[self.bounds.len()].load(Relaxed);
-        HistogramSnapshot { buckets, count, sum: self.sum_milli.load(Relaxed) as f64 / 1000.0 }
+    }
+
+    pub(crate) fn dispatched(&self, instance: usize) {
+        self.dispatched[instance].fetch_add(1, Relaxed);
     }
 }
 
-/// Buckets of the batcher's batch sizes.
-pub const BATCH_SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
-/// Buckets of waits and step latencies, in microseconds (50 µs to 10 s).
-pub const LATENCY_US_BOUNDS: &[f64] = &[
-    50.0,
-    100.0,
-    250.0,
-    500.0,
-    1_000.0,
-    2_500.0,
-    5_000.0,
-    10_000.0,
-    25_000.0,
-    50_000.0,
-    100_000.0,
-    250_000.0,
-    500_000.0,
-    1_000_000.0,
-    10_000_000.0,
-];
+/// The sequence actor's state (all zero for a model without `sequence_batching`).
+#[derive(Debug)]
+pub struct SequenceState {
+    active: AtomicU64,
+    backlog: AtomicU64,
+    idle_releases: AtomicU64,
+    /// Kept by the state store, under its lock.
+    state_bytes: AtomicU64,
+    slots_used: Vec<AtomicU64>,
+}
 
-/// One instance actor's figures.
+/// What the sequence actor reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SequenceSnapshot {
+    /// Sequences holding a slot.
+    pub active: u64,
+    /// Sequences waiting for one.
+    pub backlog: u64,
+    /// Slots freed by the idle timeout.
+    pub idle_releases: u64,
+    /// Bytes of implicit state held.
+    pub state_bytes: u64,
+    /// Slots held on each instance (`direct` strategy).
+    pub slots_used: Vec<u64>,
+}
+
+impl SequenceState {
+    fn new(instances: usize) -> Self {
+        SequenceState {
+            active: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
+            idle_releases: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
+            slots_used: (0..instances).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    pub(crate) fn publish(&self, active: usize, backlog: usize, slots_used: impl Iterator<Item = usize>) {
+        self.active.store(active as u64, Relaxed);
+        self.backlog.store(backlog as u64, Relaxed);
+        for (f, used) in self.slots_used.iter().zip(slots_used) {
+            f.store(used as u64, Relaxed);
+        }
+    }
+
+    pub(crate) fn idle_release(&self) {
+        self.idle_releases.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn state_bytes(&self, added: u64, removed: u64) {
+        self.state_bytes.fetch_add(added, Relaxed);
+        self.state_bytes.fetch_sub(removed, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> SequenceSnapshot {
+        SequenceSnapshot {
+            active: self.active.load(Relaxed),
+            backlog: self.backlog.load(Relaxed),
+            idle_releases: self.idle_releases.load(Relaxed),
+            state_bytes: self.state_bytes.load(Relaxed),
+            slots_used: self.slots_used.iter().map(|s| s.load(Relaxed)).collect(),
+        }
+    }
+}
+
+/// The supervisor's state: which instances live, and their restarts.
+#[derive(Debug)]
+pub struct SupervisorState {
+    alive: Vec<AtomicBool>,
+    restarts: Vec<RestartCounts>,
+}
+
+/// Restarts of one instance, by the cause of the exit before each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Restarts {
+    pub load_failed: u64,
+    pub backend_failed: u64,
+    pub panicked: u64,
+}
+
+impl Restarts {
+    pub fn get(&self, cause: ExitCause) -> u64 {
+        match cause {
+            ExitCause::LoadFailed => self.load_failed,
+            ExitCause::BackendFailed => self.backend_failed,
+            ExitCause::Panicked => self.panicked,
+            ExitCause::Stopped => 0,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.load_failed + self.backend_failed + self.panicked
+    }
+}
+
+/// What the supervisor reports, per instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorSnapshot {
+    pub alive: Vec<bool>,
+    pub restarts: Vec<Restarts>,
+}
+
+impl SupervisorSnapshot {
+    pub fn live_instances(&self) -> usize {
+        self.alive.iter().filter(|a| **a).count()
+    }
+}
+
+impl SupervisorState {
+    fn new(instances: usize) -> Self {
+        SupervisorState {
+            alive: (0..instances).map(|_| AtomicBool::new(false)).collect(),
+            restarts: (0..instances).map(|_| RestartCounts::default()).collect(),
+        }
+    }
+
+    pub(crate) fn alive(&self, instance: usize, alive: bool) {
+        self.alive[instance].store(alive, Relaxed);
+    }
+
+    pub(crate) fn restarted(&self, instance: usize, cause: ExitCause) {
+        self.restarts[instance].add(cause);
+    }
+
+    pub fn live_instances(&self) -> usize {
+        self.alive.iter().filter(|a| a.load(Relaxed)).count()
+    }
+
+    pub fn snapshot(&self) -> SupervisorSnapshot {
+        SupervisorSnapshot {
+            alive: self.alive.iter().map(|a| a.load(Relaxed)).collect(),
+            restarts: self
+                .restarts
+                .iter()
+                .map(|r| Restarts {
+                    load_failed: r.get(ExitCause::LoadFailed),
+                    backend_failed: r.get(ExitCause::BackendFailed),
+                    panicked: r.get(ExitCause::Panicked),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One instance's state, over all its restarts.
 #[derive(Debug, Default)]
-pub struct InstanceFigures {
-    pub alive: AtomicBool,
-    pub busy_ns: AtomicU64,
-    pub executions: AtomicU64,
-    /// Restarts by the cause of the exit before each.
-    pub restarts: RestartCounts,
-    /// Sequence slots of this instance held by a sequence (`direct` strategy).
-    pub seq_slots_used: AtomicU64,
-    /// Batches sent to the instance and not yet taken up (its mailbox holds one at most).
-    pub mailbox: AtomicU64,
+pub struct InstanceState {
+    busy_ns: AtomicU64,
+    executions: AtomicU64,
+    /// Batches taken from its mailbox.
+    taken: AtomicU64,
 }
 
-/// A model version's actor figures.
+/// What an instance reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InstanceSnapshot {
+    /// Time spent executing, in ns.
+    pub busy_ns: u64,
+    pub executions: u64,
+    /// Batches sent to it and not yet taken up (its mailbox holds one at most).
+    pub mailbox: u64,
+}
+
+impl InstanceState {
+    pub(crate) fn took(&self) {
+        self.taken.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn busy(&self, d: Duration) {
+        self.busy_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
+
+    pub(crate) fn executed(&self) {
+        self.executions.fetch_add(1, Relaxed);
+    }
+}
+
+/// A model version's actors' states.
 #[derive(Debug)]
 pub struct ModelFigures {
-    pub instances: Vec<InstanceFigures>,
-    /// Requests queued in the scheduler, not yet handed to an instance.
-    pub queue_len: AtomicU64,
-    /// Messages sent to the scheduler and not yet handled.
-    pub scheduler_mailbox: AtomicU64,
-    /// Executions (batches) dispatched and the items they held, for batch-size figures.
-    pub batches_dispatched: AtomicU64,
-    pub items_dispatched: AtomicU64,
-    /// Items per dispatched batch.
-    pub batch_size: Histogram,
-    /// How long the oldest request of each dispatched batch waited in the batcher, in µs.
-    pub batch_delay_us: Histogram,
-    /// The sequence actor: sequences holding a slot, sequences waiting for one, slots freed by
-    /// the idle timeout, and bytes of implicit state held.
-    pub seq_active: AtomicU64,
-    pub seq_backlog: AtomicU64,
-    pub seq_idle_releases: AtomicU64,
-    pub seq_state_bytes: AtomicU64,
+    /// Requests the handle sent to the scheduler (the handle's own figure).
+    submitted: AtomicU64,
+    pub scheduler: SchedulerState,
+    pub sequence: SequenceState,
+    pub supervisor: SupervisorState,
+    pub instances: Vec<InstanceState>,
+}
+
+/// Every state of a model version's actors at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FiguresSnapshot {
+    pub scheduler: SchedulerSnapshot,
+    pub sequence: SequenceSnapshot,
+    pub supervisor: SupervisorSnapshot,
+    pub instances: Vec<InstanceSnapshot>,
 }
 
 impl ModelFigures {
     pub fn new(instances: usize) -> Self {
         ModelFigures {
-            instances: (0..instances).map(|_| InstanceFigures::default()).collect(),
-            queue_len: AtomicU64::new(0),
-            scheduler_mailbox: AtomicU64::new(0),
-            batches_dispatched: AtomicU64::new(0),
-            items_dispatched: AtomicU64::new(0),
-            batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
-            batch_delay_us: Histogram::new(LATENCY_US_BOUNDS),
-            seq_active: AtomicU64::new(0),
-            seq_backlog: AtomicU64::new(0),
-            seq_idle_releases: AtomicU64::new(0),
-            seq_state_bytes: AtomicU64::new(0),
+            submitted: AtomicU64::new(0),
+            scheduler: SchedulerState::new(instances),
+            sequence: SequenceState::new(instances),
+            supervisor: SupervisorState::new(instances),
+            instances: (0..instances).map(|_| InstanceState::default()).collect(),
         }
     }
 
-    pub fn instance(&self, index: usize) -> &InstanceFigures {
+    pub(crate) fn submitted(&self) {
+        self.submitted.fetch_add(1, Relaxed);
+    }
+
+    /// A request counted as submitted that the scheduler refused (its mailbox was full).
+    pub(crate) fn unsubmitted(&self) {
+        self.submitted.fetch_sub(1, Relaxed);
+    }
+
+    pub fn instance(&self, index: usize) -> &InstanceState {
         &self.instances[index]
     }
 
     pub fn live_instances(&self) -> usize {
-        self.instances.iter().filter(|i| i.alive.load(Relaxed)).count()
+        self.supervisor.live_instances()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_buckets_are_cumulative() {
-        let h = Histogram::new(&[1.0, 2.0, 4.0]);
-        for v in [1.0, 1.0, 3.0, 9.0, 2.0] {
-            h.record(v);
+    pub fn scheduler(&self) -> SchedulerSnapshot {
+        let s = &self.scheduler;
+        SchedulerSnapshot {
+            queue_len: s.queue_len.load(Relaxed),
+            mailbox: self.submitted.load(Relaxed).saturating_sub(s.handled.load(Relaxed)),
+            batches: s.batches.load(Relaxed),
+            items: s.items.load(Relaxed),
+            batch_size: s.batch_size.snapshot(),
+            batch_delay_us: s.batch_delay_us.snapshot(),
         }
-        let s = h.snapshot();
-        assert_eq!(s.buckets, vec![(1.0, 2), (2.0, 3), (4.0, 4)]);
-        assert_eq!(s.count, 5);
-        assert_eq!(s.sum, 16.0);
-        h.record_us(Duration::from_micros(1500));
-        assert_eq!(h.snapshot().sum, 1516.0, "a duration counts in microseconds");
-        h.record(0.25);
-        assert_eq!(h.snapshot().sum, 1516.25);
+    }
+
+    pub fn instance_snapshots(&self) -> Vec<InstanceSnapshot> {
+        self.instances
+            .iter()
+            .zip(&self.scheduler.dispatched)
+            .map(|(i, sent)| InstanceSnapshot {
+                busy_ns: i.busy_ns.load(Relaxed),
+                executions: i.executions.load(Relaxed),
+                mailbox: sent.load(Relaxed).saturating_sub(i.taken.load(Relaxed)),
+            })
+            .collect()
+    }
+
+    pub fn snapshot(&self) -> FiguresSnapshot {
+        FiguresSnapshot {
+            scheduler: self.scheduler(),
+            sequence: self.sequence.snapshot(),
+            supervisor: self.supervisor.snapshot(),
+            instances: self.instance_snapshots(),
+        }
     }
 }

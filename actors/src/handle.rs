@@ -108,9 +108,9 @@ impl ModelHandle {
         }
         let pending = Pending { request, reply, enqueued: Instant::now(), batch_size, sequence: None };
         self.stats.pending.fetch_add(1, Relaxed);
-        self.figures.scheduler_mailbox.fetch_add(1, Relaxed);
+        self.figures.submitted();
         if self.scheduler.enqueue.try_send(Enqueue(pending)).is_err() {
-            self.figures.scheduler_mailbox.fetch_sub(1, Relaxed);
+            self.figures.unsubmitted();
             self.stats.pending.fetch_sub(1, Relaxed);
             self.stats.record_failure(received.elapsed(), FailureReason::Rejected);
             return Err(Error::unavailable(format!(

@@ -112,20 +112,18 @@ fn run(env: &InstanceActor) -> InstanceExit {
         }
     };
     let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
-    // A new mailbox: whatever the previous generation left in its own is gone with it.
-    env.figures.instance(idx).mailbox.store(0, Relaxed);
     env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
         match msg {
             InstanceMsg::Shutdown => return InstanceExit::Stopped,
             InstanceMsg::Execute(batch) => {
-                env.figures.instance(idx).mailbox.fetch_sub(1, Relaxed);
+                env.figures.instance(idx).took();
                 let started = Instant::now();
                 let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
                     Ok(r) => r,
                     Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
                 };
-                env.figures.instance(idx).busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
+                env.figures.instance(idx).busy(started.elapsed());
                 if let Err(reason) = outcome {
                     // The batch's requests were answered inside `execute` when the backend
                     // panicked; this instance's state is unknown now, so it ends here.
@@ -215,7 +213,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
                 output_end - infer_end,
             ),
         }
-        env.figures.instance(env.spec.index).executions.fetch_add(1, Relaxed);
+        env.figures.instance(env.spec.index).executed();
         output_end
     };
     let per_request = match split {

@@ -14,6 +14,7 @@ pub mod error;
 pub mod exit;
 pub mod figures;
 pub mod handle;
+pub mod histogram;
 pub mod instance;
 pub mod ordering;
 pub mod policy;

@@ -3,7 +3,6 @@
 //! generic over its queue: with the dynamic batcher it is the batcher actor (`BatcherActor`),
 //! with the sequence batcher the sequence actor (`SequenceActor`).
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -102,18 +101,14 @@ impl<Q: Queue> Scheduler<Q> {
                 break;
             };
             let items: usize = batch.iter().map(|p| p.batch_size).sum();
-            self.figures.batches_dispatched.fetch_add(1, Relaxed);
-            self.figures.items_dispatched.fetch_add(items as u64, Relaxed);
-            self.figures.batch_size.record(items as f64);
-            if let Some(oldest) = batch.iter().map(|p| p.enqueued).min() {
-                self.figures.batch_delay_us.record_us(oldest.elapsed());
-            }
+            let waited = batch.iter().map(|p| p.enqueued).min().map(|oldest| oldest.elapsed());
+            self.figures.scheduler.batch(items, waited);
             let slot = &mut self.slots[idx];
             let mailbox = slot.mailbox.as_ref().expect("live slot");
             match mailbox.try_send(InstanceMsg::Execute(batch)) {
                 Ok(()) => {
                     slot.busy = true;
-                    self.figures.instance(idx).mailbox.fetch_add(1, Relaxed);
+                    self.figures.scheduler.dispatched(idx);
                 }
                 Err(TrySendError::Full(InstanceMsg::Execute(batch)))
                 | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
@@ -130,7 +125,7 @@ impl<Q: Queue> Scheduler<Q> {
                 Err(_) => unreachable!("only Execute is sent here"),
             }
         }
-        self.figures.queue_len.store(self.queue.len() as u64, Relaxed);
+        self.figures.scheduler.queued(self.queue.len());
         self.finish_drain_if_done(ctx);
     }
 
@@ -166,7 +161,7 @@ impl<Q: Queue> Actor for Scheduler<Q> {
 impl<Q: Queue> Handler<Enqueue> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, Enqueue(p): Enqueue, ctx: &mut Context<Self>) {
-        self.figures.scheduler_mailbox.fetch_sub(1, Relaxed);
+        self.figures.scheduler.handled();
         if !self.has_live_instance() {
             let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
             return p.fail(&self.stats, e);

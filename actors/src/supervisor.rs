@@ -1,7 +1,6 @@
 //! The model supervisor: starts a model version's instances from its instance group, restarts
 //! one that failed or panicked, reports readiness, and drains the model on unload.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +74,7 @@ impl Supervisor {
         self.stopping = true;
         for (index, m) in self.members.iter_mut().enumerate() {
             m.alive = false;
-            self.figures.instance(index).alive.store(false, Relaxed);
+            self.figures.supervisor.alive(index, false);
             self.scheduler.down.do_send(InstanceDown { index, generation: m.generation, permanent: true });
         }
     }
@@ -107,7 +106,7 @@ impl Handler<InstanceReady> for Supervisor {
         }
         member.alive = true;
         member.failed_starts = 0;
-        self.figures.instance(m.index).alive.store(true, Relaxed);
+        self.figures.supervisor.alive(m.index, true);
         self.scheduler.up.do_send(InstanceUp { index: m.index, generation: m.generation, mailbox: m.mailbox });
         if self.loading.is_some() && self.members.iter().all(|m| m.alive) {
             let _ = self.loading.take().unwrap().send(Ok(()));
@@ -132,9 +131,8 @@ impl Handler<InstanceExited> for Supervisor {
         let member = &mut self.members[m.index];
         member.alive = false;
         member.failed_starts += 1;
-        let figures = self.figures.instance(m.index);
-        figures.alive.store(false, Relaxed);
-        figures.restarts.add(m.exit.cause());
+        self.figures.supervisor.alive(m.index, false);
+        self.figures.supervisor.restarted(m.index, m.exit.cause());
         tracing::warn!(model = %self.policy.name, version = self.policy.version,
             "instance {} failed ({}); restarting", self.policy.instances[m.index].name, m.exit);
         self.scheduler.down.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
@@ -154,7 +152,7 @@ impl Handler<Stop> for Supervisor {
         self.stopping = true;
         for (index, m) in self.members.iter_mut().enumerate() {
             m.alive = false;
-            self.figures.instance(index).alive.store(false, Relaxed);
+            self.figures.supervisor.alive(index, false);
         }
         self.scheduler.drain.do_send(Drain(done));
         actix::ActorContext::stop(ctx);

@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tritium_actors::figures::{Restarts, SupervisorSnapshot};
 use tritium_actors::*;
 
 /// Adds 1 to every FP32 element; panics on 666, fails on -1; optionally sleeps per batch and
@@ -78,6 +79,11 @@ async fn runs_requests_and_counts_them() {
     assert!(r.is_final);
     let s = model.stats.snapshot();
     assert_eq!((s.success.0, s.inference_count, s.execution_count, s.pending), (1, 1, 1, 0));
+    let f = model.figures.snapshot();
+    assert_eq!((f.scheduler.queue_len, f.scheduler.mailbox, f.scheduler.batches, f.scheduler.items), (0, 0, 1, 1));
+    assert_eq!((f.scheduler.batch_size.count, f.scheduler.batch_size.sum), (1, 1.0));
+    assert_eq!((f.instances[0].executions, f.instances[0].mailbox), (1, 0));
+    assert_eq!(f.supervisor, SupervisorSnapshot { alive: vec![true], restarts: vec![Restarts::default()] });
     model.unload().await;
 }
 
@@ -134,7 +140,8 @@ async fn a_backend_error_fails_only_that_request() {
     assert_eq!(e.kind, ErrorKind::Internal);
     assert!(e.message.contains("refuses -1"));
     assert_eq!(values(&model.infer(request([0.0, 0.0])).await.unwrap()), vec![1.0, 1.0]);
-    assert_eq!(model.figures.instance(0).restarts.total(), 0);
+    let supervisor = model.figures.supervisor.snapshot();
+    assert_eq!(supervisor, SupervisorSnapshot { alive: vec![true], restarts: vec![Restarts::default()] }, "no restart");
     let s = model.stats.snapshot();
     assert_eq!((s.fail.0, s.success.0), (1, 1));
     model.unload().await;
@@ -160,9 +167,9 @@ async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
     for r in futures::future::join_all(calls).await {
         r.unwrap();
     }
-    let panics: u64 = model.figures.instances.iter().map(|i| i.restarts.get(ExitCause::Panicked)).sum();
-    let restarts: u64 = model.figures.instances.iter().map(|i| i.restarts.total()).sum();
-    assert_eq!((panics, restarts), (1, 1), "one restart, caused by the panic");
+    let restarts = model.figures.supervisor.snapshot().restarts;
+    let panics: u64 = restarts.iter().map(|r| r.get(ExitCause::Panicked)).sum();
+    assert_eq!((panics, restarts.iter().map(Restarts::total).sum::<u64>()), (1, 1), "one restart, by the panic");
     for _ in 0..100 {
         if model.figures.live_instances() == 2 {
             break;

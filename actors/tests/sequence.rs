@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tritium_actors::figures::SequenceSnapshot;
 use tritium_actors::*;
 
 /// OUT = (START ? 0 : ACC_IN) + IN, ACC_OUT = OUT, per batch element; panics once when an
@@ -124,7 +125,10 @@ async fn state_is_per_sequence_and_resets_at_start() {
     assert_eq!(send(&model, 1, 1, false, true).await.unwrap(), 2);
     let e = send(&model, 1, 1, false, false).await.unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
-    assert!(model.figures.seq_state_bytes.load(Ordering::Relaxed) > 0, "sequence 2 still holds state");
+    // Sequence 2 still holds its slot and its state (one INT32); sequence 1 ended.
+    let expected = SequenceSnapshot { active: 1, backlog: 0, idle_releases: 0, state_bytes: 4, slots_used: vec![1] };
+    settle(|| model.figures.sequence.snapshot() == expected).await;
+    assert_eq!(model.figures.sequence.snapshot(), expected);
     model.unload().await;
 }
 
@@ -141,16 +145,17 @@ async fn a_request_that_overtakes_its_start_waits_for_it() {
     assert_eq!(send(&m, 9, 5, true, false).await.unwrap(), 5, "the START runs first");
     assert_eq!(early.await.unwrap().unwrap(), 7, "then the request that came early, with the START's state");
     // The slot is freed once the scheduler hears the instance finished, just after the answer.
-    settle(|| m.figures.seq_active.load(Ordering::Relaxed) == 0).await;
-    assert_eq!(m.figures.seq_active.load(Ordering::Relaxed), 0, "its END ended the sequence");
+    let ended = SequenceSnapshot { slots_used: vec![0], ..Default::default() };
+    settle(|| m.figures.sequence.snapshot() == ended).await;
+    assert_eq!(m.figures.sequence.snapshot(), ended, "its END ended the sequence");
     // No START within the grace: Triton's error, once the grace is over.
     let started = std::time::Instant::now();
     let e = send(&m, 10, 1, false, false).await.unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
     assert!(started.elapsed() >= GRACE && started.elapsed() < GRACE * 20, "{:?}", started.elapsed());
     // The figure is published when the scheduler's turn ends, just after the answer.
-    settle(|| m.figures.queue_len.load(Ordering::Relaxed) == 0).await;
-    assert_eq!(m.figures.queue_len.load(Ordering::Relaxed), 0);
+    settle(|| m.figures.scheduler().queue_len == 0).await;
+    assert_eq!(m.figures.scheduler().queue_len, 0);
     m.unload().await;
 }
 
@@ -181,7 +186,8 @@ async fn a_full_set_of_slots_backlogs_new_sequences_in_order() {
     let third = tokio::spawn(async move { send(&m3, 3, 20, true, true).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!second.is_finished() && !third.is_finished(), "both wait for the slot");
-    assert_eq!(m.figures.seq_backlog.load(Ordering::Relaxed), 2);
+    let waiting = SequenceSnapshot { active: 1, backlog: 2, idle_releases: 0, state_bytes: 4, slots_used: vec![1] };
+    assert_eq!(m.figures.sequence.snapshot(), waiting);
     // The backlog holds two sequences: a third new one is refused at once.
     let e = send(&m, 4, 1, true, true).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable);
@@ -189,7 +195,7 @@ async fn a_full_set_of_slots_backlogs_new_sequences_in_order() {
     assert_eq!(send(&m, 1, 1, false, true).await.unwrap(), 2);
     assert_eq!(second.await.unwrap().unwrap(), 10);
     assert_eq!(third.await.unwrap().unwrap(), 20);
-    assert_eq!(m.figures.seq_backlog.load(Ordering::Relaxed), 0);
+    assert_eq!(m.figures.sequence.snapshot().backlog, 0);
 }
 
 #[actix_rt::test]
@@ -197,8 +203,8 @@ async fn an_idle_sequence_gives_its_slot_up() {
     let (model, _) = load(policy(1, 1, SequenceStrategy::Direct, Duration::from_millis(50))).await;
     assert_eq!(send(&model, 1, 1, true, false).await.unwrap(), 1);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(model.figures.seq_idle_releases.load(Ordering::Relaxed), 1);
-    assert_eq!(model.figures.seq_active.load(Ordering::Relaxed), 0);
+    let released = SequenceSnapshot { idle_releases: 1, slots_used: vec![0], ..Default::default() };
+    assert_eq!(model.figures.sequence.snapshot(), released, "the slot and the state are freed");
     let e = send(&model, 1, 1, false, false).await.unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
     // The freed slot serves a new sequence at once.
@@ -250,7 +256,7 @@ async fn a_panicking_instance_loses_no_conversation() {
     assert!(panicked.load(Ordering::SeqCst));
     // The supervisor restarts the instance; both sequences go on from their last state.
     for _ in 0..100 {
-        if model.figures.instance(0).restarts.get(ExitCause::Panicked) == 1 && model.figures.live_instances() == 1 {
+        if model.figures.supervisor.snapshot().restarts[0].panicked == 1 && model.figures.live_instances() == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

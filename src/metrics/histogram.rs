@@ -1,10 +1,10 @@
-//! Prometheus text for the engine's atomic histograms (`tritium_actors::figures::Histogram`).
+//! Prometheus text for the engine's atomic histograms (`tritium_actors::histogram::Histogram`).
 //! Their buckets are counted by the actors as they work, so they cannot be replayed into a
 //! `metrics` recorder at scrape time; they are written here in the exposition format instead.
 
 use std::fmt::Write as _;
 
-use tritium_actors::figures::HistogramSnapshot;
+use tritium_actors::histogram::HistogramSnapshot;
 
 /// One series: its labels (in order) and its buckets.
 pub type Series = (Vec<(&'static str, String)>, HistogramSnapshot);
@@ -55,7 +55,7 @@ pub fn write(out: &mut String, name: &str, help: &str, series: &[Series]) {
 
 #[cfg(test)]
 mod tests {
-    use tritium_actors::figures::Histogram;
+    use tritium_actors::histogram::Histogram;
 
     use super::*;
 

@@ -14,15 +14,19 @@
 //! families cannot be, so the engine reports each request to a [`ModelLatency`] (see
 //! [`observer`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{describe_histogram, histogram, Histogram};
+use parking_lot::Mutex;
+use tritium_actors::histogram::Histogram as EngineHistogram;
 use tritium_actors::stats::{RequestTimes, StatsObserver};
 
 /// Triton's default summary quantiles (`{quantile, error}` pairs in Triton).
 pub const DEFAULT_QUANTILES: [(f64, f64); 5] = [(0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001)];
 /// Triton's default buckets of `nv_inference_first_response_histogram_ms`.
 pub const FIRST_RESPONSE_BUCKETS_MS: [f64; 4] = [100.0, 500.0, 2000.0, 5000.0];
+
 pub const FIRST_RESPONSE_HISTOGRAM: &str = "nv_inference_first_response_histogram_ms";
 
 /// The `--metrics-config` settings that shape the latency families.
@@ -126,7 +130,37 @@ pub(super) fn describe() {
         "nv_inference_compute_output_summary_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)"
     );
-    describe_histogram!(FIRST_RESPONSE_HISTOGRAM, "Duration from request to first response in milliseconds");
+}
+
+/// A series' labels, in order.
+type Labels = Vec<(&'static str, String)>;
+
+const FIRST_RESPONSE_HELP: &str = "Duration from request to first response in milliseconds";
+
+/// The first-response histograms of decoupled models, in the engine's histogram (the one
+/// histogram implementation), kept for the life of the process as the recorder's families are;
+/// a reloaded version records into the same series.
+#[derive(Default)]
+pub struct FirstResponses {
+    series: Mutex<Vec<(Labels, Arc<EngineHistogram>)>>,
+}
+
+impl FirstResponses {
+    fn series(&self, labels: Labels) -> Arc<EngineHistogram> {
+        let mut series = self.series.lock();
+        if let Some((_, h)) = series.iter().find(|(l, _)| *l == labels) {
+            return h.clone();
+        }
+        let h = Arc::new(EngineHistogram::new(&FIRST_RESPONSE_BUCKETS_MS));
+        series.push((labels, h.clone()));
+        h
+    }
+
+    /// Appends the family to a scrape's text.
+    pub fn write(&self, out: &mut String) {
+        let series: Vec<_> = self.series.lock().iter().map(|(l, h)| (l.clone(), h.snapshot())).collect();
+        super::histogram::write(out, FIRST_RESPONSE_HISTOGRAM, FIRST_RESPONSE_HELP, &series);
+    }
 }
 
 struct Summaries {
@@ -140,7 +174,7 @@ struct Summaries {
 /// One model version's per-request latency families, recorded into the endpoint's recorder.
 pub struct ModelLatency {
     summaries: Option<Summaries>,
-    first_response: Option<Histogram>,
+    first_response: Option<Arc<EngineHistogram>>,
 }
 
 fn us(d: Duration) -> f64 {
@@ -150,7 +184,13 @@ fn us(d: Duration) -> f64 {
 
 impl ModelLatency {
     /// The families `config` asks for, for one model version; None when it asks for none.
-    pub fn new(config: &MetricsConfig, model: &str, version: &str, decoupled: bool) -> Option<ModelLatency> {
+    pub fn new(
+        config: &MetricsConfig,
+        model: &str,
+        version: &str,
+        decoupled: bool,
+        first_responses: &FirstResponses,
+    ) -> Option<ModelLatency> {
         let labels = [("model", model.to_string()), ("version", version.to_string())];
         let summaries = config.summary_latencies.then(|| Summaries {
             request: histogram!("nv_inference_request_summary_us", &labels),
@@ -159,8 +199,7 @@ impl ModelLatency {
             compute_infer: histogram!("nv_inference_compute_infer_summary_us", &labels),
             compute_output: histogram!("nv_inference_compute_output_summary_us", &labels),
         });
-        let first_response =
-            (config.histogram_latencies && decoupled).then(|| histogram!(FIRST_RESPONSE_HISTOGRAM, &labels));
+        let first_response = (config.histogram_latencies && decoupled).then(|| first_responses.series(labels.to_vec()));
         if summaries.is_none() && first_response.is_none() {
             return None;
         }
@@ -212,14 +251,14 @@ mod tests {
     #[test]
     fn records_only_what_is_asked() {
         let off = MetricsConfig::default();
-        assert!(ModelLatency::new(&off, "m", "1", true).is_none());
+        assert!(ModelLatency::new(&off, "m", "1", true, &FirstResponses::default()).is_none());
         let hist = MetricsConfig { histogram_latencies: true, ..Default::default() };
         assert!(
-            ModelLatency::new(&hist, "m", "1", false).is_none(),
+            ModelLatency::new(&hist, "m", "1", false, &FirstResponses::default()).is_none(),
             "first-response histogram is for decoupled models only"
         );
-        assert!(ModelLatency::new(&hist, "m", "1", true).is_some());
+        assert!(ModelLatency::new(&hist, "m", "1", true, &FirstResponses::default()).is_some());
         let sum = MetricsConfig { summary_latencies: true, ..Default::default() };
-        assert!(ModelLatency::new(&sum, "m", "1", false).is_some());
+        assert!(ModelLatency::new(&sum, "m", "1", false, &FirstResponses::default()).is_some());
     }
 }

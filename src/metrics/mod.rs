@@ -13,14 +13,13 @@ mod system;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 pub use latency::MetricsConfig;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tritium_actors::stats::StatsObserver;
 use tritium_actors::ExitCause;
 
@@ -119,10 +118,11 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
         }
         counter!("nv_inference_count", &labels).absolute(s.inference_count);
         counter!("nv_inference_exec_count", &labels).absolute(s.execution_count);
-        let f = &model.handle.figures;
+        // Each actor's own state, as it published it.
+        let f = model.handle.figures.snapshot();
         // Triton: requests received and not yet executing (queued in the scheduler), not the
         // ones an instance runs now.
-        let waiting = f.scheduler_mailbox.load(Relaxed) + f.queue_len.load(Relaxed);
+        let waiting = f.scheduler.mailbox + f.scheduler.queue_len;
         gauge!("nv_inference_pending_request_count", &labels).set(waiting as f64);
         if config.counter_latencies {
             let us = |(_, ns): (u64, u64)| ns / 1000;
@@ -135,15 +135,16 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
             counter!("nv_inference_compute_output_duration_us", &labels).absolute(us(s.compute_output));
         }
 
-        gauge!("tritium_scheduler_queue_length", &labels).set(f.queue_len.load(Relaxed) as f64);
-        gauge!("tritium_scheduler_mailbox_depth", &labels).set(f.scheduler_mailbox.load(Relaxed) as f64);
-        counter!("tritium_batcher_batches_total", &labels).absolute(f.batches_dispatched.load(Relaxed));
-        counter!("tritium_batcher_items_total", &labels).absolute(f.items_dispatched.load(Relaxed));
-        for (spec, inst) in model.handle.policy.instances.iter().zip(&f.instances) {
+        gauge!("tritium_scheduler_queue_length", &labels).set(f.scheduler.queue_len as f64);
+        gauge!("tritium_scheduler_mailbox_depth", &labels).set(f.scheduler.mailbox as f64);
+        counter!("tritium_batcher_batches_total", &labels).absolute(f.scheduler.batches);
+        counter!("tritium_batcher_items_total", &labels).absolute(f.scheduler.items);
+        for (i, (spec, inst)) in model.handle.policy.instances.iter().zip(&f.instances).enumerate() {
             let l = [("instance", spec.name.clone()), ("model", name.clone()), ("version", version.clone())];
-            gauge!("tritium_instance_alive", &l).set(if inst.alive.load(Relaxed) { 1.0 } else { 0.0 });
-            counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns.load(Relaxed) / 1000);
-            counter!("tritium_instance_executions_total", &l).absolute(inst.executions.load(Relaxed));
+            let alive = f.supervisor.alive[i];
+            gauge!("tritium_instance_alive", &l).set(if alive { 1.0 } else { 0.0 });
+            counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns / 1000);
+            counter!("tritium_instance_executions_total", &l).absolute(inst.executions);
             for cause in ExitCause::RESTARTED {
                 let l = [
                     ("cause", cause.as_str().to_string()),
@@ -151,18 +152,18 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
                     ("model", name.clone()),
                     ("version", version.clone()),
                 ];
-                counter!("tritium_instance_restarts_total", &l).absolute(inst.restarts.get(cause));
+                counter!("tritium_instance_restarts_total", &l).absolute(f.supervisor.restarts[i].get(cause));
             }
-            gauge!("tritium_instance_mailbox_depth", &l).set(inst.mailbox.load(Relaxed) as f64);
+            gauge!("tritium_instance_mailbox_depth", &l).set(inst.mailbox as f64);
             if model.handle.policy.sequence().is_some() {
-                gauge!("tritium_instance_sequence_slots_used", &l).set(inst.seq_slots_used.load(Relaxed) as f64);
+                gauge!("tritium_instance_sequence_slots_used", &l).set(f.sequence.slots_used[i] as f64);
             }
         }
         if model.handle.policy.sequence().is_some() {
-            gauge!("tritium_sequence_active", &labels).set(f.seq_active.load(Relaxed) as f64);
-            gauge!("tritium_sequence_backlog", &labels).set(f.seq_backlog.load(Relaxed) as f64);
-            counter!("tritium_sequence_idle_releases_total", &labels).absolute(f.seq_idle_releases.load(Relaxed));
-            gauge!("tritium_sequence_state_bytes", &labels).set(f.seq_state_bytes.load(Relaxed) as f64);
+            gauge!("tritium_sequence_active", &labels).set(f.sequence.active as f64);
+            gauge!("tritium_sequence_backlog", &labels).set(f.sequence.backlog as f64);
+            counter!("tritium_sequence_idle_releases_total", &labels).absolute(f.sequence.idle_releases);
+            gauge!("tritium_sequence_state_bytes", &labels).set(f.sequence.state_bytes as f64);
         }
     }
     // Tritium has no pinned host memory pool (Triton's is for GPU copies): a pool of 0 bytes.
@@ -199,9 +200,9 @@ fn histograms(router: &Router, out: &mut String) {
     let (mut sizes, mut delays, mut steps) = (Vec::new(), Vec::new(), Vec::new());
     for model in router.all() {
         let labels = vec![("model", model.name().to_string()), ("version", model.version().to_string())];
-        let f = &model.handle.figures;
-        sizes.push((labels.clone(), f.batch_size.snapshot()));
-        delays.push((labels.clone(), f.batch_delay_us.snapshot()));
+        let s = model.handle.figures.scheduler();
+        sizes.push((labels.clone(), s.batch_size));
+        delays.push((labels.clone(), s.batch_delay_us));
         if let Some(figures) = &model.steps {
             for (i, (step_model, h)) in figures.steps.iter().enumerate() {
                 let mut l = labels.clone();
@@ -232,7 +233,7 @@ fn histograms(router: &Router, out: &mut String) {
 }
 
 /// One scrape's text: the families rebuilt from the statistics, then the per-request ones.
-fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, latency: &PrometheusHandle) -> String {
+fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, latency: &Latency) -> String {
     let recorder = PrometheusBuilder::new().build_recorder();
     metrics::with_local_recorder(&recorder, || {
         describe();
@@ -240,20 +241,27 @@ fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, l
     });
     let mut text = recorder.handle().render();
     histograms(router, &mut text);
-    let rest = latency.render();
+    let rest = latency.recorder.render();
     if !rest.trim().is_empty() {
         if !text.ends_with("\n\n") {
             text.push('\n');
         }
         text.push_str(&rest);
     }
+    latency.first_responses.write(&mut text);
     text
+}
+
+/// The per-request families: the summaries in their recorder, the first-response histograms.
+struct Latency {
+    recorder: PrometheusHandle,
+    first_responses: Arc<latency::FirstResponses>,
 }
 
 struct State {
     repository: Arc<RepositoryManager>,
     config: MetricsConfig,
-    latency: PrometheusHandle,
+    latency: Latency,
     host: Arc<system::HostFigures>,
 }
 
@@ -268,11 +276,7 @@ fn latency_builder(config: &MetricsConfig) -> anyhow::Result<PrometheusBuilder> 
         .set_quantiles(&config.quantiles())?
         // prometheus-cpp's summary window, as Triton uses it: 60 s in 5 age buckets.
         .set_bucket_duration(Duration::from_secs(12))?
-        .set_bucket_count(NonZeroU32::new(5).expect("non-zero"))
-        .set_buckets_for_metric(
-            Matcher::Full(latency::FIRST_RESPONSE_HISTOGRAM.to_string()),
-            &latency::FIRST_RESPONSE_BUCKETS_MS,
-        )?)
+        .set_bucket_count(NonZeroU32::new(5).expect("non-zero")))
 }
 
 /// Installs the process-wide recorder of the per-request latency families.
@@ -307,11 +311,11 @@ pub fn serve_with(
     config: MetricsConfig,
     host: HostMetrics,
 ) -> anyhow::Result<actix_web::dev::Server> {
-    let latency = install_latency_recorder(&config)?;
+    let latency = Latency { recorder: install_latency_recorder(&config)?, first_responses: Arc::default() };
     // Each model version loaded from now on reports its requests to its latency families.
-    let families = config.clone();
+    let (families, first_responses) = (config.clone(), latency.first_responses.clone());
     repository.observe_loads(Box::new(move |model: &str, version: i64, decoupled: bool| {
-        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled)
+        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled, &first_responses)
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
@@ -337,9 +341,10 @@ mod tests {
     fn latency_families_render_as_tritons_summaries_and_histogram() {
         let config = MetricsConfig::parse(&["summary_latencies=true", "histogram_latencies=true"]).unwrap();
         let recorder = latency_builder(&config).unwrap().build_recorder();
+        let first_responses = latency::FirstResponses::default();
         metrics::with_local_recorder(&recorder, || {
             latency::describe();
-            let m = ModelLatency::new(&config, "m", "1", true).unwrap();
+            let m = ModelLatency::new(&config, "m", "1", true, &first_responses).unwrap();
             let t = |us: u64| Duration::from_micros(us);
             for i in 1..=4u64 {
                 m.success(&RequestTimes {
@@ -354,7 +359,8 @@ mod tests {
             m.first_response(Duration::from_millis(250));
             m.first_response(Duration::from_millis(3000));
         });
-        let text = recorder.handle().render();
+        let mut text = recorder.handle().render();
+        first_responses.write(&mut text);
         assert!(text.contains("# TYPE nv_inference_queue_summary_us summary"), "{text}");
         assert!(text.contains("# HELP nv_inference_request_summary_us Summary of inference request duration in microseconds (includes cached requests)"), "{text}");
         assert!(text.contains("nv_inference_request_summary_us_count{model=\"m\",version=\"1\"} 4"), "{text}");

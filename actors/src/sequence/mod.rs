@@ -13,7 +13,6 @@ mod slots;
 pub(crate) mod state;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,11 +94,7 @@ impl SequenceBatcher {
     }
 
     fn publish(&self) {
-        self.figures.seq_active.store(self.active.len() as u64, Relaxed);
-        self.figures.seq_backlog.store(self.backlog.len() as u64, Relaxed);
-        for (f, used) in self.figures.instances.iter().zip(self.slots.used()) {
-            f.seq_slots_used.store(used as u64, Relaxed);
-        }
+        self.figures.sequence.publish(self.active.len(), self.backlog.len(), self.slots.used());
     }
 
     fn free_slot(&self) -> Option<(usize, usize)> {
@@ -368,7 +363,7 @@ impl SequenceBatcher {
             .collect();
         for id in idle {
             tracing::debug!("sequence {id} of model '{}' idle: its slot is freed", self.model);
-            self.figures.seq_idle_releases.fetch_add(1, Relaxed);
+            self.figures.sequence.idle_release();
             self.release(&id);
         }
         self.publish();

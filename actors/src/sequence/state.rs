@@ -3,7 +3,6 @@
 //! ticket with which the instance hands a request's state outputs back.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -39,14 +38,13 @@ impl StateStore {
     pub fn put(&self, id: CorrelationId, state: Vec<Tensor>) {
         let new = bytes_of(&state);
         let old = self.states.lock().insert(id, state).map(|s| bytes_of(&s)).unwrap_or(0);
-        self.figures.seq_state_bytes.fetch_add(new, Relaxed);
-        self.figures.seq_state_bytes.fetch_sub(old, Relaxed);
+        self.figures.sequence.state_bytes(new, old);
     }
 
     /// Drops the sequence's state (it ended or gave its slot up).
     pub fn remove(&self, id: &CorrelationId) {
         if let Some(state) = self.states.lock().remove(id) {
-            self.figures.seq_state_bytes.fetch_sub(bytes_of(&state), Relaxed);
+            self.figures.sequence.state_bytes(0, bytes_of(&state));
         }
     }
 }
