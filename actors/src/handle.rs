@@ -2,12 +2,12 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
 
 use actix::{Actor, Addr, ArbiterHandle};
 use tokio::sync::oneshot;
 
 use crate::backend::BackendFactory;
+use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::figures::ModelFigures;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
@@ -48,6 +48,7 @@ pub struct ModelHandle {
     supervisor: Addr<Supervisor>,
     /// `preserve_ordering`: answers leave in acceptance order.
     order: Option<Arc<ReplyGate>>,
+    clock: SharedClock,
 }
 
 impl std::fmt::Debug for ModelHandle {
@@ -64,18 +65,28 @@ impl ModelHandle {
         policy: ModelPolicy,
         factory: Arc<dyn BackendFactory>,
     ) -> Result<ModelHandle> {
+        Self::load_with_clock(engine, policy, factory, Arc::new(SystemClock)).await
+    }
+
+    /// `load` on the given clock (tests run the engine's time logic on a `ManualClock`).
+    pub async fn load_with_clock(
+        engine: &ArbiterHandle,
+        policy: ModelPolicy,
+        factory: Arc<dyn BackendFactory>,
+        clock: SharedClock,
+    ) -> Result<ModelHandle> {
         let policy = Arc::new(policy);
         let stats = Arc::new(ModelStats::default());
         let figures = Arc::new(ModelFigures::new(policy.instances.len()));
         let (p, s, f) = (policy.clone(), stats.clone(), figures.clone());
-        let scheduler = SchedulerAddr::start(engine, p, s, f);
+        let scheduler = SchedulerAddr::start(engine, p, s, f, clock.clone());
         let (tx, rx) = oneshot::channel();
-        let (p, s, f, sch) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone());
-        let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx));
+        let (p, s, f, sch, c) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone(), clock.clone());
+        let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx, c));
         let ordered =
             matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
         let order = ordered.then(|| Arc::new(ReplyGate::default()));
-        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order };
+        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order, clock };
         match rx.await {
             Ok(Ok(())) => Ok(handle),
             Ok(Err(e)) => {
@@ -106,7 +117,7 @@ impl ModelHandle {
         if let Some(trace) = &request.trace {
             trace.record(crate::trace::QUEUE_START);
         }
-        let pending = Pending { request, reply, enqueued: Instant::now(), batch_size, sequence: None };
+        let pending = Pending { request, reply, enqueued: self.clock.now(), batch_size, sequence: None };
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.submitted();
         if self.scheduler.enqueue.try_send(Enqueue(pending)).is_err() {

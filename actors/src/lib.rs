@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod batch;
 pub mod batcher;
+pub mod clock;
 pub mod ensemble;
 pub mod error;
 pub mod exit;

@@ -11,6 +11,7 @@ use actix::{Actor, Addr, ArbiterHandle, AsyncContext, Context, Handler, Message,
 use tokio::sync::oneshot;
 
 use crate::batcher::Batcher;
+use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::ModelPolicy;
@@ -38,6 +39,7 @@ pub struct Scheduler<Q: Queue> {
     stats: Arc<ModelStats>,
     figures: Arc<ModelFigures>,
     queue: Q,
+    clock: SharedClock,
     slots: Vec<Slot>,
     /// The deadline a timer is set for.
     wake: Option<Instant>,
@@ -46,9 +48,15 @@ pub struct Scheduler<Q: Queue> {
 }
 
 impl<Q: Queue> Scheduler<Q> {
-    pub(crate) fn new(policy: Arc<ModelPolicy>, stats: Arc<ModelStats>, figures: Arc<ModelFigures>, queue: Q) -> Self {
+    pub(crate) fn new(
+        policy: Arc<ModelPolicy>,
+        stats: Arc<ModelStats>,
+        figures: Arc<ModelFigures>,
+        queue: Q,
+        clock: SharedClock,
+    ) -> Self {
         let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0, busy: false }).collect();
-        Scheduler { queue, policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
+        Scheduler { queue, clock, policy, stats, figures, slots, wake: None, drained: Vec::new(), draining: false }
     }
 
     fn has_live_instance(&self) -> bool {
@@ -60,14 +68,14 @@ impl<Q: Queue> Scheduler<Q> {
         for p in self.queue.take_cancelled() {
             p.fail(&self.stats, Error::cancelled("the client cancelled the request"));
         }
-        for p in self.queue.take_expired(Instant::now()) {
+        for p in self.queue.take_expired(self.clock.now()) {
             p.fail(&self.stats, Error::unavailable("Request timeout expired"));
         }
-        for (p, e) in self.queue.take_refused(Instant::now()) {
+        for (p, e) in self.queue.take_refused(self.clock.now()) {
             p.fail(&self.stats, e);
         }
         loop {
-            let now = Instant::now();
+            let now = self.clock.now();
             let free: Vec<usize> =
                 (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
             let mut wait: Option<Instant> = None;
@@ -92,16 +100,16 @@ impl<Q: Queue> Scheduler<Q> {
                 };
                 if let Some(at) = wait {
                     // One timer per earliest deadline; a wake that finds nothing due only pumps.
-                    if self.wake.is_none_or(|t| at < t || t <= Instant::now()) {
+                    if self.wake.is_none_or(|t| at < t || t <= now) {
                         self.wake = Some(at);
                         let addr = ctx.address();
-                        crate::timer::at(at, move || addr.do_send(Wake(at)));
+                        self.clock.at(at, Box::new(move || addr.do_send(Wake(at))));
                     }
                 }
                 break;
             };
             let items: usize = batch.iter().map(|p| p.batch_size).sum();
-            let waited = batch.iter().map(|p| p.enqueued).min().map(|oldest| oldest.elapsed());
+            let waited = batch.iter().map(|p| p.enqueued).min().map(|oldest| now.saturating_duration_since(oldest));
             self.figures.scheduler.batch(items, waited);
             let slot = &mut self.slots[idx];
             let mailbox = slot.mailbox.as_ref().expect("live slot");
@@ -149,12 +157,31 @@ impl<Q: Queue> Actor for Scheduler<Q> {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.policy.queue_capacity);
+        self.check_idle_later(ctx);
+    }
+}
+
+impl<Q: Queue> Scheduler<Q> {
+    /// Asks the clock for the queue's next idle check, if it has them.
+    fn check_idle_later(&self, ctx: &mut Context<Self>) {
         if let Some(every) = self.queue.idle_check_every() {
-            ctx.run_interval(every, |act, ctx| {
-                act.queue.expire_idle(Instant::now());
-                act.pump(ctx);
-            });
+            let addr = ctx.address();
+            self.clock.at(self.clock.now() + every, Box::new(move || addr.do_send(CheckIdle)));
         }
+    }
+}
+
+/// Time for the queue's idle check (the sequence actor frees idle sequences' slots).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct CheckIdle;
+
+impl<Q: Queue> Handler<CheckIdle> for Scheduler<Q> {
+    type Result = ();
+    fn handle(&mut self, _: CheckIdle, ctx: &mut Context<Self>) {
+        self.queue.expire_idle(self.clock.now());
+        self.pump(ctx);
+        self.check_idle_later(ctx);
     }
 }
 
@@ -195,7 +222,7 @@ impl<Q: Queue> Handler<InstanceIdle> for Scheduler<Q> {
         if let Some(s) = self.slots.get_mut(m.index) {
             if s.generation == m.generation {
                 s.busy = false;
-                for (p, e) in self.queue.finished(m.index, Instant::now()) {
+                for (p, e) in self.queue.finished(m.index, self.clock.now()) {
                     p.fail(&self.stats, e);
                 }
             }
@@ -276,17 +303,18 @@ impl SchedulerAddr {
         policy: Arc<ModelPolicy>,
         stats: Arc<ModelStats>,
         figures: Arc<ModelFigures>,
+        clock: SharedClock,
     ) -> Self {
         match policy.sequence() {
             Some(seq) => {
-                let queue = SequenceBatcher::new(&policy, seq, figures.clone());
-                Self::of(SequenceActor::start_in_arbiter(engine, move |_| {
-                    Scheduler::new(policy, stats, figures, queue)
-                }))
+                let queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
+                let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock);
+                Self::of(SequenceActor::start_in_arbiter(engine, new))
             }
             None => {
                 let queue = Batcher::new(&policy);
-                Self::of(BatcherActor::start_in_arbiter(engine, move |_| Scheduler::new(policy, stats, figures, queue)))
+                let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock);
+                Self::of(BatcherActor::start_in_arbiter(engine, new))
             }
         }
     }

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, AsyncContext, Context, Handler};
+use actix::{Actor, AsyncContext, Context, Handler, Message};
 use tokio::sync::oneshot;
 
 use crate::backend::BackendFactory;
+use crate::clock::SharedClock;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
@@ -37,6 +38,8 @@ pub struct Supervisor {
     /// Answered once every instance has loaded, or the first one failed to.
     loading: Option<oneshot::Sender<Result<()>>>,
     stopping: bool,
+    /// For the restart backoff.
+    clock: SharedClock,
 }
 
 impl Supervisor {
@@ -47,10 +50,21 @@ impl Supervisor {
         factory: Arc<dyn BackendFactory>,
         scheduler: SchedulerAddr,
         loading: oneshot::Sender<Result<()>>,
+        clock: SharedClock,
     ) -> Self {
         let members =
             (0..policy.instances.len()).map(|_| Member { generation: 0, alive: false, failed_starts: 0 }).collect();
-        Supervisor { policy, stats, figures, factory, scheduler, members, loading: Some(loading), stopping: false }
+        Supervisor {
+            policy,
+            stats,
+            figures,
+            factory,
+            scheduler,
+            members,
+            loading: Some(loading),
+            stopping: false,
+            clock,
+        }
     }
 
     fn start_instance(&mut self, index: usize, ctx: &mut Context<Self>) {
@@ -138,11 +152,8 @@ impl Handler<InstanceExited> for Supervisor {
         self.scheduler.down.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
         let backoff = Duration::from_millis(50u64 << member.failed_starts.min(8).saturating_sub(1)).min(MAX_BACKOFF);
         let index = m.index;
-        ctx.run_later(backoff, move |act, ctx| {
-            if !act.stopping {
-                act.start_instance(index, ctx);
-            }
-        });
+        let addr = ctx.address();
+        self.clock.at(self.clock.now() + backoff, Box::new(move || addr.do_send(Restart(index))));
     }
 }
 
@@ -156,5 +167,19 @@ impl Handler<Stop> for Supervisor {
         }
         self.scheduler.drain.do_send(Drain(done));
         actix::ActorContext::stop(ctx);
+    }
+}
+
+/// The backoff before restarting an instance is over.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Restart(usize);
+
+impl Handler<Restart> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, Restart(index): Restart, ctx: &mut Context<Self>) {
+        if !self.stopping {
+            self.start_instance(index, ctx);
+        }
     }
 }

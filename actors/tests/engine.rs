@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tritium_actors::clock::ManualClock;
 use tritium_actors::figures::{Restarts, SupervisorSnapshot};
 use tritium_actors::*;
 
@@ -180,27 +181,65 @@ async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
     model.unload().await;
 }
 
-#[actix_rt::test]
-async fn a_single_panicking_instance_comes_back() {
-    let engine = Engine::new();
-    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, Default::default()))
-        .await
-        .unwrap();
-    assert!(model.infer(request([666.0, 0.0])).await.is_err());
-    let mut ok = None;
-    for _ in 0..100 {
-        match model.infer(request([1.0, 1.0])).await {
-            Ok(r) => {
-                ok = Some(r);
-                break;
-            }
-            Err(e) => {
-                assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+/// Waits (up to a second of real time) for what the actors do once a message arrives.
+async fn settle(done: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
         }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(values(&ok.expect("served again after the restart")), vec![2.0, 2.0]);
+}
+
+#[actix_rt::test]
+async fn a_single_panicking_instance_comes_back_after_its_backoff() {
+    // Virtual time: the restart waits for the supervisor's backoff (50 ms) and no longer.
+    let engine = Engine::new();
+    let clock = ManualClock::new();
+    let factory = factory(Duration::ZERO, Default::default());
+    let model = ModelHandle::load_with_clock(&engine.handle(), policy(1, None), factory, clock.clone()).await.unwrap();
+    assert!(model.infer(request([666.0, 0.0])).await.is_err());
+    settle(|| model.figures.supervisor.snapshot().restarts[0].panicked == 1).await;
+    let e = model.infer(request([1.0, 1.0])).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "no instance until the backoff is over: {e}");
+    clock.advance(Duration::from_millis(49));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(model.figures.live_instances(), 0, "still backing off");
+    clock.advance(Duration::from_millis(1));
+    settle(|| model.figures.live_instances() == 1).await;
+    assert_eq!(values(&model.infer(request([1.0, 1.0])).await.unwrap()), vec![2.0, 2.0]);
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn the_batcher_waits_its_delay_on_virtual_time_then_sends_one_batch() {
+    // max_queue_delay of 10 s, on virtual time: the two requests that queue behind a busy
+    // instance wait for it, however long the test takes, then go as one batch.
+    let engine = Engine::new();
+    let clock = ManualClock::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_secs(10), ..Default::default() };
+    let factory = factory(Duration::from_millis(50), seen.clone());
+    let model =
+        ModelHandle::load_with_clock(&engine.handle(), policy(1, Some(dynamic)), factory, clock.clone()).await.unwrap();
+    let mut answers = Vec::new();
+    for i in 0..3 {
+        let (reply, rx) = Reply::once();
+        model.submit(request([i as f32, 0.0]), reply).unwrap();
+        answers.push(rx);
+    }
+    let first = answers.remove(0).await.unwrap().unwrap();
+    assert_eq!(values(&first), vec![1.0, 1.0], "alone on an idle model: at once");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(*seen.lock().unwrap(), vec![1], "the others wait for the delay");
+    clock.advance(Duration::from_secs(10));
+    for (i, rx) in answers.into_iter().enumerate() {
+        assert_eq!(values(&rx.await.unwrap().unwrap()), vec![i as f32 + 2.0, 1.0]);
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![1, 2], "one batch of two at the deadline");
+    let s = model.figures.scheduler();
+    assert_eq!((s.batches, s.items, s.batch_delay_us.count), (2, 3, 2));
+    assert!(s.batch_delay_us.sum >= 10_000_000.0, "the wait is virtual: {}", s.batch_delay_us.sum);
     model.unload().await;
 }
 

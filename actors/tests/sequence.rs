@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tritium_actors::clock::{ManualClock, SharedClock, SystemClock};
 use tritium_actors::figures::SequenceSnapshot;
 use tritium_actors::*;
 
@@ -90,14 +91,31 @@ async fn settle(done: impl Fn() -> bool) {
 
 const GRACE: Duration = Duration::from_millis(50);
 
+/// Moves virtual time on in 5 ms steps, letting the actors (on their own thread) answer the
+/// wake-ups between steps, until `done`.
+async fn advance_until(clock: &ManualClock, done: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        clock.advance(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 async fn load(policy: ModelPolicy) -> (ModelHandle, Arc<AtomicBool>) {
+    load_on(policy, Arc::new(SystemClock)).await
+}
+
+/// `load` on the given clock (a `ManualClock` runs the sequence actor's time on virtual time).
+async fn load_on(policy: ModelPolicy, clock: SharedClock) -> (ModelHandle, Arc<AtomicBool>) {
     let panicked = Arc::new(AtomicBool::new(false));
     let p = panicked.clone();
     let factory: Arc<dyn BackendFactory> = Arc::new(move |_: &InstanceSpec| -> Result<Box<dyn Backend>> {
         Ok(Box::new(Accumulate { panicked: p.clone() }) as Box<dyn Backend>)
     });
     let engine = Engine::new();
-    let model = ModelHandle::load(&engine.handle(), policy, factory).await.unwrap();
+    let model = ModelHandle::load_with_clock(&engine.handle(), policy, factory, clock).await.unwrap();
     std::mem::forget(engine); // the arbiter lives for the test
     (model, panicked)
 }
@@ -136,7 +154,9 @@ async fn state_is_per_sequence_and_resets_at_start() {
 async fn a_request_that_overtakes_its_start_waits_for_it() {
     // Two unary calls of one sequence may reach the server out of order (perf_analyzer sends a
     // sequence's END while its START is in flight): the early one waits for its START.
-    let (model, _) = load(policy(1, 4, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    // Virtual time: the grace is over only when the test says so.
+    let clock = ManualClock::new();
+    let (model, _) = load_on(policy(1, 4, SequenceStrategy::Direct, Duration::from_secs(5)), clock.clone()).await;
     let m = Arc::new(model);
     let m2 = m.clone();
     let early = tokio::spawn(async move { send(&m2, 9, 2, false, true).await });
@@ -149,10 +169,15 @@ async fn a_request_that_overtakes_its_start_waits_for_it() {
     settle(|| m.figures.sequence.snapshot() == ended).await;
     assert_eq!(m.figures.sequence.snapshot(), ended, "its END ended the sequence");
     // No START within the grace: Triton's error, once the grace is over.
-    let started = std::time::Instant::now();
-    let e = send(&m, 10, 1, false, false).await.unwrap_err();
+    let m3 = m.clone();
+    let orphan = tokio::spawn(async move { send(&m3, 10, 1, false, false).await });
+    settle(|| m.figures.scheduler().queue_len == 1).await;
+    clock.advance(GRACE - Duration::from_millis(1));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!orphan.is_finished(), "held until the grace is over");
+    clock.advance(Duration::from_millis(1));
+    let e = orphan.await.unwrap().unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
-    assert!(started.elapsed() >= GRACE && started.elapsed() < GRACE * 20, "{:?}", started.elapsed());
     // The figure is published when the scheduler's turn ends, just after the answer.
     settle(|| m.figures.scheduler().queue_len == 0).await;
     assert_eq!(m.figures.scheduler().queue_len, 0);
@@ -200,12 +225,25 @@ async fn a_full_set_of_slots_backlogs_new_sequences_in_order() {
 
 #[actix_rt::test]
 async fn an_idle_sequence_gives_its_slot_up() {
-    let (model, _) = load(policy(1, 1, SequenceStrategy::Direct, Duration::from_millis(50))).await;
+    // Virtual time: idle for 50 ms means 50 ms of the test's clock.
+    let clock = ManualClock::new();
+    let (model, _) = load_on(policy(1, 1, SequenceStrategy::Direct, Duration::from_millis(50)), clock.clone()).await;
     assert_eq!(send(&model, 1, 1, true, false).await.unwrap(), 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let holding = SequenceSnapshot { active: 1, state_bytes: 4, slots_used: vec![1], ..Default::default() };
+    settle(|| model.figures.sequence.snapshot() == holding).await;
+    clock.advance(Duration::from_millis(40));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(model.figures.sequence.snapshot(), holding, "not idle long enough yet");
     let released = SequenceSnapshot { idle_releases: 1, slots_used: vec![0], ..Default::default() };
+    advance_until(&clock, || model.figures.sequence.snapshot() == released).await;
     assert_eq!(model.figures.sequence.snapshot(), released, "the slot and the state are freed");
-    let e = send(&model, 1, 1, false, false).await.unwrap_err();
+    // Its next request is an orphan now: refused once the START grace is over.
+    let model = Arc::new(model);
+    let m = model.clone();
+    let orphan = tokio::spawn(async move { send(&m, 1, 1, false, false).await });
+    settle(|| model.figures.scheduler().queue_len == 1).await;
+    advance_until(&clock, || orphan.is_finished()).await;
+    let e = orphan.await.unwrap().unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
     // The freed slot serves a new sequence at once.
     assert_eq!(send(&model, 2, 4, true, true).await.unwrap(), 4);

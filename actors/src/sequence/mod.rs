@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use slots::Slots;
 pub use state::{SequenceTicket, StateStore};
 
+use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
@@ -60,10 +61,17 @@ pub struct SequenceBatcher {
     orphans: VecDeque<(CorrelationId, Pending, Instant)>,
     store: StateStore,
     figures: Arc<ModelFigures>,
+    /// For the time a request arrives or a sequence gets its slot.
+    clock: SharedClock,
 }
 
 impl SequenceBatcher {
-    pub fn new(policy: &ModelPolicy, sequence: &SequencePolicy, figures: Arc<ModelFigures>) -> Self {
+    pub fn new(
+        policy: &ModelPolicy,
+        sequence: &SequencePolicy,
+        figures: Arc<ModelFigures>,
+        clock: SharedClock,
+    ) -> Self {
         SequenceBatcher {
             model: policy.name.clone(),
             policy: sequence.clone(),
@@ -78,6 +86,7 @@ impl SequenceBatcher {
             orphans: VecDeque::new(),
             store: StateStore::new(figures.clone()),
             figures,
+            clock,
         }
     }
 
@@ -134,7 +143,7 @@ impl SequenceBatcher {
         if self.queued >= self.capacity {
             return Err(Box::new((p, Error::unavailable("Exceeds maximum queue size"))));
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         if let Some(seq) = self.active.get_mut(&id) {
             seq.queue.push_back(p);
             seq.last_active = now;
@@ -236,7 +245,7 @@ impl SequenceBatcher {
 
     fn activate(&mut self, id: CorrelationId, mut seq: Sequence, slot: (usize, usize)) {
         seq.slot = self.slots.take(slot, &id);
-        seq.last_active = Instant::now();
+        seq.last_active = self.clock.now();
         self.active.insert(id, seq);
     }
 
