@@ -211,16 +211,16 @@ def test_a_model_file_that_does_not_load_answers_with_the_backends_own_kind(star
     srv = start_server(repo, args=["--model-control-mode", "explicit", "--strict-model-config=true"])
     r = srv.post("/v2/repository/models/garbled/load")
     assert r.status_code == 400, r.text
-    assert error_text(r).startswith("failed to load version 1 of model 'garbled': "), error_text(r)
-    assert "model.onnx" in error_text(r)
+    text = error_text(r)
+    assert "'garbled'" in text and "model.onnx" in text and "Protobuf parsing failed" in text, text
     e = entry(srv.index(), "garbled")
-    assert e["state"] == "UNAVAILABLE" and e["reason"] == error_text(r)
+    assert e["state"] == "UNAVAILABLE" and "model.onnx" in e["reason"], e
     c = grpcclient.InferenceServerClient(srv.grpc_url)
     try:
         with pytest.raises(InferenceServerException) as raised:
             c.load_model("garbled")
         assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
-        assert "failed to load version 1 of model 'garbled'" in raised.value.message()
+        assert "'garbled'" in raised.value.message() and "model.onnx" in raised.value.message()
     finally:
         c.close()
 
