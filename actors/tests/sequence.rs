@@ -285,20 +285,20 @@ async fn oldest_batches_several_sequences_into_one_execution() {
 
 #[actix_rt::test]
 async fn a_panicking_instance_loses_no_conversation() {
-    let (model, panicked) = load(policy(1, 2, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    let clock = ManualClock::new();
+    let (model, panicked) =
+        load_on(policy(1, 2, SequenceStrategy::Direct, Duration::from_secs(5)), clock.clone()).await;
     assert_eq!(send(&model, 1, 10, true, false).await.unwrap(), 10);
     assert_eq!(send(&model, 2, 1, true, false).await.unwrap(), 1);
     // The fault: this request's execution panics; it gets an error, not silence, and once.
     let e = send(&model, 1, 666, false, false).await.unwrap_err();
     assert!(e.message.contains("panicked"), "{e}");
     assert!(panicked.load(Ordering::SeqCst));
-    // The supervisor restarts the instance; both sequences go on from their last state.
-    for _ in 0..100 {
-        if model.figures.supervisor.snapshot().restarts[0].panicked == 1 && model.figures.live_instances() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // The supervisor restarts the instance after its backoff (virtual time); both sequences go
+    // on from their last state.
+    settle(|| model.figures.supervisor.snapshot().restarts[0].panicked == 1).await;
+    clock.advance(Duration::from_millis(50));
+    settle(|| model.figures.live_instances() == 1).await;
     assert_eq!(send(&model, 1, 5, false, false).await.unwrap(), 15, "sequence 1 kept its state across the crash");
     assert_eq!(send(&model, 2, 2, false, true).await.unwrap(), 3, "sequence 2 too");
     // The retried request now runs (the fault was injected once).
