@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Two builds of the server side by side in one run: the same loads against an old and a new
+binary, alternating which goes first in each pair, so a refactor can show that it changed no
+figure beyond noise (issue 25 point 7).
+
+Loads, each over gRPC with perf_analyzer: `mlp` batch 1 at c16 (dynamic batching), and the
+sequence model `accumulate_oldest` with --sequence-length 10 at c64 and c256 (the `oldest`
+strategy; see sequences.py). Per pair and load: new ÷ old infer/s and p99. Every run must exit 0
+with no error line and leave the server's failure counts unchanged.
+
+  .venv/bin/python loadtests/old_vs_new.py --old PATH --new PATH [--pairs 3]
+
+Results: loadtests/out/old_vs_new-<time>/summary.{md,json}.
+"""
+
+import argparse
+import os
+import sys
+
+import common
+from common import PAError, median, spread
+
+LOADS = (("mlp", 16, []), ("accumulate_oldest", 64, ["--sequence-length", "10"]),
+         ("accumulate_oldest", 256, ["--sequence-length", "10"]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    common.add_common_args(ap)
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--new", required=True)
+    ap.add_argument("--pairs", type=int, default=3)
+    args = ap.parse_args()
+    for p in (args.old, args.new, args.perf_analyzer):
+        if not os.path.exists(p):
+            sys.exit(f"missing {p}")
+    args.server = args.new
+    out_dir, _ = common.make_out_dir(args, "old_vs_new")
+    header = common.run_header(args)
+    results, failures = [], []
+    for pair in range(args.pairs):
+        order = (("old", args.old), ("new", args.new)) if pair % 2 == 0 else (("new", args.new), ("old", args.old))
+        for label, binary in order:
+            with common.bench_server(binary, args.onnxruntime_library, args.model_repository, out_dir,
+                                     models=["mlp", "accumulate_oldest"], ready=["mlp", "accumulate_oldest"],
+                                     log_name=f"server-{label}-{pair + 1}.log", prefix="ovn-") as srv:
+                for model, conc, extra in LOADS:
+                    name = f"pair{pair + 1}-{label}-{model}-c{conc}"
+                    try:
+                        r = common.run_pa(args.perf_analyzer, model, srv.url("grpc"), "grpc", conc,
+                                          os.path.join(out_dir, name + ".csv"), os.path.join(out_dir, name + ".log"),
+                                          extra=extra, interval_ms=args.interval_ms, stability=args.stability,
+                                          server=srv, teardown_ok=bool(extra))
+                    except PAError as e:
+                        print(f"FAILED {name}: {e}", flush=True)
+                        failures.append({"run": name, "error": str(e)})
+                        continue
+                    r.update(pair=pair + 1, build=label, model=model)
+                    results.append(r)
+                    print(f"{name:>40}: {r['infer_per_s']:>8.1f} infer/s  p99 {r['p99_us']:>8} µs", flush=True)
+
+    def get(pair, build, model, conc, key):
+        for r in results:
+            if (r["pair"], r["build"], r["model"], r["concurrency"]) == (pair, build, model, conc):
+                return r[key]
+        return None
+
+    lines = [f"# Old vs new build, same run: {header['time']}", "",
+             f"old: {args.old}; new: {args.new}; {args.pairs} pairs, order alternated; failed runs: {len(failures)}",
+             "", "| load | new ÷ old infer/s median (min–max) | new ÷ old p99 median (min–max) | old infer/s | new infer/s |",
+             "| --- | --- | --- | --- | --- |"]
+    ratios = {}
+    for model, conc, _ in LOADS:
+        tp, p99 = [], []
+        for k in range(1, args.pairs + 1):
+            o, n = get(k, "old", model, conc, "infer_per_s"), get(k, "new", model, conc, "infer_per_s")
+            if o and n:
+                tp.append(n / o)
+            o, n = get(k, "old", model, conc, "p99_us"), get(k, "new", model, conc, "p99_us")
+            if o and n:
+                p99.append(n / o)
+        olds = [r["infer_per_s"] for r in results if (r["build"], r["model"], r["concurrency"]) == ("old", model, conc)]
+        news = [r["infer_per_s"] for r in results if (r["build"], r["model"], r["concurrency"]) == ("new", model, conc)]
+        ratios[f"{model}-c{conc}"] = {"infer_per_s": tp, "p99": p99}
+        lines.append(f"| {model} gRPC c{conc} | {median(tp):.2f} ({spread(tp)}) | {median(p99):.2f} ({spread(p99)}) | "
+                     f"{median(olds):.0f} | {median(news):.0f} |")
+    common.write_summary(out_dir, {"header": header, "ratios": ratios, "results": results, "failures": failures},
+                         lines)
+    if failures:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
