@@ -4,7 +4,7 @@
 #
 #   loadtests/setup.sh
 #
-# What it fetches (see shared/PEERS.md):
+# What it fetches:
 #   - the PyPI wheel tritonclient==2.50.0 (manylinux1_x86_64), which carries
 #     tritonclient-2.50.0.data/data/bin/perf_analyzer (newer wheels need glibc 2.38; this is 2.36)
 #   - Debian's libb64-0d (apt-get download + dpkg -x, so no install as root is needed)
