@@ -168,7 +168,10 @@ impl IoPlan {
 fn set_inter_op_threads(model: &str, n: usize) {
     static SET: OnceLock<(String, usize)> = OnceLock::new();
     let (first, size) = SET.get_or_init(|| {
-        tch::set_num_interop_threads(n as i32);
+        // tch panics where libtorch refuses (its pool already started): a warning, not a crash.
+        if std::panic::catch_unwind(|| tch::set_num_interop_threads(n as i32)).is_err() {
+            tracing::warn!("model '{model}': INTER_OP_THREAD_COUNT {n} has no effect: libtorch refused it");
+        }
         (model.to_string(), n)
     });
     if *size != n {
@@ -238,7 +241,10 @@ impl BackendFactory for PytorchFactory {
     fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
         // Runs on the instance's own thread: the intra-op setting is that thread's.
         if let Some(n) = self.options.intra_op_threads {
-            tch::set_num_threads(n as i32);
+            // tch panics where libtorch refuses; the load fails with a message instead.
+            std::panic::catch_unwind(|| tch::set_num_threads(n as i32)).map_err(|_| {
+                Error::internal(format!("model '{}': libtorch refused INTRA_OP_THREAD_COUNT {n}", self.model))
+            })?;
         }
         let device = device(instance)?;
         let module = load(&self.model, &self.file, device)?;
@@ -287,9 +293,10 @@ impl PytorchBackend {
 
     fn run(&self, arguments: &[IValue]) -> Result<IValue> {
         // Thread-local in libtorch, set before each run as Triton does.
-        tch::jit::set_graph_executor_optimize(!self.options.disable_optimized_execution);
+        let setting = |e: tch::TchError| Error::internal(format!("model '{}': {e}", self.model));
+        tch::jit::f_set_graph_executor_optimize(!self.options.disable_optimized_execution).map_err(setting)?;
         if let Some(profiling) = self.options.jit_profiling {
-            tch::jit::set_profiling_mode(profiling);
+            tch::jit::f_set_profiling_mode(profiling).map_err(setting)?;
         }
         let forward = || self.module.forward_is(arguments);
         let result = if self.options.inference_mode { tch::no_grad(forward) } else { forward() };
