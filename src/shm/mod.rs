@@ -206,27 +206,29 @@ mod tests {
 
     use super::*;
 
-    /// A POSIX shm object of `size` bytes that is unlinked on drop.
-    struct Shm(CString);
+    /// A POSIX shm object of `size` bytes, unlinked on drop. On Linux, `shm_open("/name")` opens
+    /// `/dev/shm/name`, so the tests make, shrink and measure objects with plain file calls.
+    struct Shm(std::path::PathBuf);
 
     impl Shm {
-        fn new(key: &str, size: usize) -> Shm {
-            let c = CString::new(key).unwrap();
-            unsafe {
-                let fd = libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600);
-                assert!(fd >= 0, "shm_open");
-                assert_eq!(libc::ftruncate(fd, size as libc::off_t), 0);
-                libc::close(fd);
-            }
-            Shm(c)
+        fn new(key: &str, size: u64) -> Shm {
+            let path = std::path::Path::new("/dev/shm").join(key.trim_start_matches('/'));
+            File::create(&path).and_then(|f| f.set_len(size)).expect("create the shm object");
+            Shm(path)
+        }
+
+        fn resize(&self, size: u64) {
+            std::fs::OpenOptions::new().write(true).open(&self.0).and_then(|f| f.set_len(size)).expect("resize");
+        }
+
+        fn size(&self) -> u64 {
+            std::fs::metadata(&self.0).expect("stat the shm object").len()
         }
     }
 
     impl Drop for Shm {
         fn drop(&mut self) {
-            unsafe {
-                libc::shm_unlink(self.0.as_ptr());
-            }
+            let _ = std::fs::remove_file(&self.0);
         }
     }
 
@@ -255,26 +257,14 @@ mod tests {
         reg.write("r", 0, 8, b"12345678", "OUT").unwrap();
         assert_eq!(&reg.read("r", 0, 8).unwrap()[..], b"12345678");
         // The client shrinks its object to nothing after registering it.
-        unsafe {
-            let fd = libc::shm_open(shm.0.as_ptr(), libc::O_RDWR, 0o600);
-            assert!(fd >= 0);
-            assert_eq!(libc::ftruncate(fd, 0), 0);
-            libc::close(fd);
-        }
+        shm.resize(0);
         let e = reg.read("r", 4096, 64).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
         assert!(e.message.contains("smaller than when it was registered"), "{e}");
         let e = reg.write("r", 0, 8, b"abcdefgh", "OUT").unwrap_err();
         assert!(e.message.contains("smaller than when it was registered"), "{e}");
         // The object was not grown back by the refused write.
-        let size = unsafe {
-            let fd = libc::shm_open(shm.0.as_ptr(), libc::O_RDONLY, 0o600);
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(fd, &mut st);
-            libc::close(fd);
-            st.st_size
-        };
-        assert_eq!(size, 0);
+        assert_eq!(shm.size(), 0);
     }
 
     #[test]
