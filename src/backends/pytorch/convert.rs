@@ -26,20 +26,7 @@ pub fn kind(datatype: DataType) -> Option<Kind> {
 }
 
 fn datatype_of(kind: Kind) -> Option<DataType> {
-    [
-        DataType::Bool,
-        DataType::U8,
-        DataType::I8,
-        DataType::I16,
-        DataType::I32,
-        DataType::I64,
-        DataType::F16,
-        DataType::BF16,
-        DataType::F32,
-        DataType::F64,
-    ]
-    .into_iter()
-    .find(|d| self::kind(*d) == Some(kind))
+    DataType::ALL.into_iter().find(|d| self::kind(*d) == Some(kind))
 }
 
 /// One input as `forward` takes it.
