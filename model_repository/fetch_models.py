@@ -95,16 +95,27 @@ def minilm_truncation():
     return True
 
 
-def export_minilm():
-    out = os.path.join(HERE, "minilm_encoder", "1", "model.onnx")
+def export(script, out):
+    """Runs `script WEIGHTS OUT` on MiniLM's weights when `out` is missing; the file appears
+    whole or not at all. True when it was written."""
     if os.path.exists(out):
         return False
     os.makedirs(os.path.dirname(out), exist_ok=True)
     weights = os.path.join(REPO, ".cache", "minilm", "model.safetensors")
     part = out + ".tmp"
-    subprocess.run([sys.executable, os.path.join(HERE, "minilm_encoder", "export.py"), weights, part], check=True)
+    subprocess.run([sys.executable, script, weights, part], check=True)
     os.replace(part, out)
     return True
+
+
+def export_minilm():
+    return export(os.path.join(HERE, "minilm_encoder", "export.py"),
+                  os.path.join(HERE, "minilm_encoder", "1", "model.onnx"))
+
+
+def export_minilm_torchscript():
+    return export(os.path.join(HERE, "minilm_encoder_torch", "export_torchscript.py"),
+                  os.path.join(HERE, "minilm_encoder_torch", "1", "model.pt"))
 
 
 # forward(input, state, sr) -> (probability, next state), through the 16 kHz network that the
@@ -127,19 +138,6 @@ SILERO_WRAPPER = """class TritiumSileroVad(Module):
     out, state_n, = (_model).forward(input, state, )
     return (out, state_n)
 """
-
-
-def export_minilm_torchscript():
-    out = os.path.join(HERE, "minilm_encoder_torch", "1", "model.pt")
-    if os.path.exists(out):
-        return False
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    weights = os.path.join(REPO, ".cache", "minilm", "model.safetensors")
-    part = out + ".tmp"
-    subprocess.run([sys.executable, os.path.join(HERE, "minilm_encoder_torch", "export_torchscript.py"), weights, part],
-                   check=True)
-    os.replace(part, out)
-    return True
 
 
 def wrap_silero():

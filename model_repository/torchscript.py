@@ -48,19 +48,26 @@ def data_pickle(class_name: str, tensors=None) -> bytes:
     return b"\x80\x02c__torch__\n" + class_name.encode() + b"\n)\x81}(" + attributes + items + b"ub."
 
 
+def _put(archive, name, data):
+    """One stored record with a fixed date, so the same model makes the same bytes every run."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    archive.writestr(info, data)
+
+
 def write_archive(path, class_name: str, source: str, root: str = "model", tensors=None) -> None:
     """`source` is the class body's TorchScript, starting with `class <class_name>(Module):`.
     `tensors` (name -> float32 numpy array) become the module's tensor attributes, which the
     source declares as `<name> : Tensor`."""
     tensors = tensors or {}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr(f"{root}/data.pkl", data_pickle(class_name, tensors))
+        _put(z, f"{root}/data.pkl", data_pickle(class_name, tensors))
         for key, (name, array) in enumerate(tensors.items()):
-            z.writestr(f"{root}/data/{key}", array.astype("<f4").tobytes())
-        z.writestr(f"{root}/code/__torch__.py", source)
-        z.writestr(f"{root}/constants.pkl", b"\x80\x02).")
-        z.writestr(f"{root}/version", VERSION)
-        z.writestr(f"{root}/byteorder", b"little")
+            _put(z, f"{root}/data/{key}", array.astype("<f4").tobytes())
+        _put(z, f"{root}/code/__torch__.py", source)
+        _put(z, f"{root}/constants.pkl", b"\x80\x02).")
+        _put(z, f"{root}/version", VERSION)
+        _put(z, f"{root}/byteorder", b"little")
 
 
 def module_source(class_name: str, signature: str, body: str) -> str:
@@ -91,5 +98,5 @@ def wrap_archive(src_path, dst_path, class_name: str, attribute: str, source: st
                + short_unicode(attribute) + old[2:-1] + b"ub.")
         with zipfile.ZipFile(dst_path, "w", zipfile.ZIP_STORED) as dst:
             for info in src.infolist():
-                dst.writestr(info.filename, new if info.filename == roots[0] else src.read(info.filename))
-            dst.writestr(root + "code/__torch__.py", source)
+                _put(dst, info.filename, new if info.filename == roots[0] else src.read(info.filename))
+            _put(dst, root + "code/__torch__.py", source)
