@@ -10,10 +10,10 @@
 //! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use ort::session::Session;
 use ort::value::{DynValue, Tensor, ValueType};
+use tritium_ceiling::{measure, pattern, BenchResult};
 
 struct Args {
     model: PathBuf,
@@ -82,7 +82,7 @@ fn main() {
     }
 }
 
-fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+fn run(args: &Args) -> BenchResult<()> {
     let env = ort::init_from(&args.library)?.with_name("ceiling").build()?;
     let mut builder = Session::builder(&env)?;
     if let Some(n) = args.intra {
@@ -108,14 +108,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     for repeat in 1..=args.repeats {
         for &batch in &args.batches {
             // The request bytes as a server holds them; copied into a fresh ORT tensor per run.
-            let data: Vec<Vec<f32>> = inputs
-                .iter()
-                .map(|(_, d)| {
-                    let n = batch * d.iter().product::<i64>() as usize;
-                    (0..n).map(|k| ((k % 97) as f32) * 0.01 - 0.5).collect()
-                })
-                .collect();
-            let once = |session: &mut Session| -> Result<usize, Box<dyn std::error::Error>> {
+            let data: Vec<Vec<f32>> =
+                inputs.iter().map(|(_, d)| pattern(batch * d.iter().product::<i64>() as usize)).collect();
+            let mut once = || -> BenchResult<usize> {
                 let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
                 for ((name, dims), d) in inputs.iter().zip(&data) {
                     let mut shape = vec![batch as i64];
@@ -130,27 +125,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Ok(n)
             };
-            let warm = Instant::now();
-            while warm.elapsed() < Duration::from_millis(300) {
-                once(&mut session)?;
-            }
-            let mut lat = Vec::new();
-            let start = Instant::now();
-            while start.elapsed().as_secs_f64() < args.seconds {
-                let t = Instant::now();
-                std::hint::black_box(once(&mut session)?);
-                lat.push(t.elapsed().as_micros() as u64);
-            }
-            let secs = start.elapsed().as_secs_f64();
-            lat.sort_unstable();
-            let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-            println!(
-                "{{\"repeat\":{repeat},\"batch\":{batch},\"runs\":{},\"seconds\":{secs:.3},\"items_per_s\":{:.1},\"p50_us\":{},\"p99_us\":{}}}",
-                lat.len(),
-                (lat.len() * batch) as f64 / secs,
-                pct(0.5),
-                pct(0.99)
-            );
+            measure(repeat, batch, args.seconds, &mut once)?;
         }
     }
     Ok(())

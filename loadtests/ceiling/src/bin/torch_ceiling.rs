@@ -10,9 +10,9 @@
 //! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use tch::{CModule, IValue, Kind, Tensor};
+use tritium_ceiling::{measure, pattern, BenchResult};
 
 struct Args {
     model: PathBuf,
@@ -65,7 +65,7 @@ fn main() {
     }
 }
 
-fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+fn run(args: &Args) -> BenchResult<()> {
     if let Some(n) = args.intra {
         tch::set_num_threads(n);
     }
@@ -75,11 +75,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     for repeat in 1..=args.repeats {
         for &batch in &args.batches {
             let n = batch * args.dims.iter().product::<i64>() as usize;
-            let data: Vec<u8> =
-                (0..n).flat_map(|k| (((k % 97) as f32) * 0.01 - 0.5).to_le_bytes()).collect::<Vec<u8>>();
+            let data: Vec<u8> = pattern(n).iter().flat_map(|v| v.to_le_bytes()).collect();
             let mut shape = vec![batch as i64];
             shape.extend(&args.dims);
-            let once = || -> Result<usize, Box<dyn std::error::Error>> {
+            let once = || -> BenchResult<usize> {
                 let input = Tensor::f_from_data_size(&data, &shape, Kind::Float)?;
                 let out = tch::no_grad(|| module.forward_is(&[IValue::Tensor(input)]))?;
                 let IValue::Tensor(out) = out else { return Err("forward returned no tensor".into()) };
@@ -88,27 +87,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 out.contiguous().f_copy_data_u8(&mut bytes, numel)?;
                 Ok(bytes.len())
             };
-            let warm = Instant::now();
-            while warm.elapsed() < Duration::from_millis(300) {
-                once()?;
-            }
-            let mut lat = Vec::new();
-            let start = Instant::now();
-            while start.elapsed().as_secs_f64() < args.seconds {
-                let t = Instant::now();
-                std::hint::black_box(once()?);
-                lat.push(t.elapsed().as_micros() as u64);
-            }
-            let secs = start.elapsed().as_secs_f64();
-            lat.sort_unstable();
-            let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-            println!(
-                "{{\"repeat\":{repeat},\"batch\":{batch},\"runs\":{},\"seconds\":{secs:.3},\"items_per_s\":{:.1},\"p50_us\":{},\"p99_us\":{}}}",
-                lat.len(),
-                (lat.len() * batch) as f64 / secs,
-                pct(0.5),
-                pct(0.99)
-            );
+            measure(repeat, batch, args.seconds, once)?;
         }
     }
     Ok(())
