@@ -62,18 +62,9 @@ impl ActiveTrace {
 mod tests {
     use std::time::Duration;
 
-    use super::super::settings::{TraceConfig, TraceLevel};
+    use super::super::tests::on;
     use super::super::TraceManager;
     use super::*;
-
-    fn on(file: &str) -> TraceConfig {
-        TraceConfig {
-            level: TraceLevel { timestamps: true, tensors: false },
-            rate: 1,
-            file: file.into(),
-            ..TraceConfig::default()
-        }
-    }
 
     #[test]
     fn records_are_tritons_objects_in_time_order() {

@@ -171,7 +171,8 @@ mod tests {
         (key.to_string(), TraceValue::Values(s(values)))
     }
 
-    fn on(file: &str) -> TraceConfig {
+    /// Every request traced at TIMESTAMPS into `file` (shared with the other trace tests).
+    pub(super) fn on(file: &str) -> TraceConfig {
         TraceConfig {
             level: TraceLevel { timestamps: true, tensors: false },
             rate: 1,
