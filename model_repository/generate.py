@@ -266,15 +266,17 @@ def self_check(name, m, check):
         check(lambda feeds: sess.run(None, feeds))
 
 
-def write(name, force):
-    path = os.path.join(HERE, name, "1", "model.onnx")
+def write_model(path, name, make, force, tool="generate.py"):
+    """Builds model `name` with `make()` -> (model, check), checks it under onnxruntime and writes
+    it to `path` whole (a temporary file renamed); a broken model is never written. False when
+    the file exists and `force` is not set."""
     if os.path.exists(path) and not force:
         return False
-    m, check = MODELS[name]()
+    m, check = make()
     try:
         self_check(name, m, check)
     except Exception as e:  # a broken model must never ship
-        sys.exit(f"generate.py: model '{name}' failed its onnxruntime self-check: {e!r}")
+        sys.exit(f"{tool}: model '{name}' failed its onnxruntime self-check: {e!r}")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
@@ -282,6 +284,10 @@ def write(name, force):
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return True
+
+
+def write(name, force):
+    return write_model(os.path.join(HERE, name, "1", "model.onnx"), name, MODELS[name], force)
 
 
 def main():

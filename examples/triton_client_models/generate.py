@@ -23,7 +23,6 @@ import argparse
 import importlib.util
 import os
 import sys
-import tempfile
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -252,21 +251,8 @@ MODELS = {
 
 
 def write(name, force):
-    path = os.path.join(HERE, name, "1", "model.onnx")
-    if os.path.exists(path) and not force:
-        return False
-    m, check = MODELS[name]()
-    try:
-        base.self_check(name, m, check)
-    except Exception as e:  # a broken model must never ship
-        sys.exit(f"generate.py: model '{name}' failed its onnxruntime self-check: {e!r}")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(m.SerializeToString())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return True
+    return base.write_model(os.path.join(HERE, name, "1", "model.onnx"), name, MODELS[name], force,
+                            tool="examples/triton_client_models/generate.py")
 
 
 def main():
