@@ -250,6 +250,15 @@ def test_bad_models_fail_alone_with_libtorchs_message(start_server, repo_copy):
     (repo / "torch_no_config" / "1").mkdir(parents=True)
     write_archive(repo / "torch_no_config" / "1" / "model.pt", "Bare",
                   module_source("Bare", "x: Tensor,\n    y: Tensor) -> Tensor", "    return x\n"), root="bare")
+    # Inputs for forward's first and third arguments only: a config error, refused at load.
+    (repo / "torch_gap" / "1").mkdir(parents=True)
+    (repo / "torch_gap" / "config.pbtxt").write_text(
+        'name: "torch_gap"\nplatform: "pytorch_libtorch"\nmax_batch_size: 0\n'
+        'input [ { name: "a" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "c" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    write_archive(repo / "torch_gap" / "1" / "model.pt", "Gap",
+                  module_source("Gap", "a: Tensor,\n    b: Tensor,\n    c: Tensor) -> Tensor",
+                                "    return torch.add(a, c)\n"), root="gap")
     srv = start_server(repo, args=["--model-control-mode", "explicit", "--load-model", "torch_add_sub"])
     c = srv.client
     with pytest.raises(InferenceServerException) as info:
@@ -260,6 +269,9 @@ def test_bad_models_fail_alone_with_libtorchs_message(start_server, repo_copy):
         c.load_model("torch_no_config")
     message = info.value.message()
     assert "cannot be completed from its TorchScript file" in message and "forward takes: x, y" in message, message
+    with pytest.raises(InferenceServerException) as info:
+        c.load_model("torch_gap")
+    assert "no input of the config goes to argument 1 ('b') of forward" in info.value.message()
     x = httpclient.InferInput("INPUT__0", [4], "FP32")
     x.set_data_from_numpy(np.arange(4, dtype=np.float32))
     for name, (archive, text) in BROKEN.items():

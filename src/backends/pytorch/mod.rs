@@ -45,8 +45,9 @@ pub struct PytorchOptions {
 pub struct IoPlan {
     /// Input name -> argument position of `forward`.
     pub inputs: HashMap<String, usize>,
-    /// How many arguments `forward` is given.
-    pub arity: usize,
+    /// The input name of each argument `forward` is given, by position (trailing arguments the
+    /// config leaves out keep their defaults).
+    pub arguments: Vec<String>,
     /// Output name -> (element of the result, datatype, dims with the batch dimension).
     pub outputs: Vec<(String, usize, DataType, Vec<i64>)>,
 }
@@ -128,23 +129,37 @@ impl IoPlan {
                 inputs.insert(name.clone(), position);
             }
         }
-        let mut seen = HashMap::new();
+        // Every argument up to the last one given must have an input; only trailing ones may be
+        // left to their defaults.
+        let arity = inputs.values().max().map_or(0, |m| m + 1);
+        if let Some(taken) = arguments.map(<[String]>::len).filter(|n| arity > *n) {
+            let (name, position) = inputs.iter().max_by_key(|(_, p)| **p).expect("arity > 0 means an input");
+            return Err(Error::invalid(format!(
+                "model '{model}': input '{name}' goes to argument {position}, but forward takes {taken}"
+            )));
+        }
+        let mut by_position: Vec<Option<String>> = vec![None; arity];
         for (name, position) in &inputs {
-            if let Some(other) = seen.insert(*position, name) {
+            if let Some(other) = by_position[*position].replace(name.clone()) {
                 return Err(Error::invalid(format!(
                     "model '{model}': inputs '{other}' and '{name}' both go to argument {position} of forward"
                 )));
             }
         }
-        let arity = match arguments {
-            Some(a) => a.len().max(inputs.len()),
-            None => inputs.values().max().map_or(0, |m| m + 1),
-        };
-        if let Some((name, position)) = inputs.iter().find(|(_, p)| **p >= arity) {
-            return Err(Error::invalid(format!(
-                "model '{model}': input '{name}' goes to argument {position}, but forward takes {arity}"
-            )));
-        }
+        let by_position = by_position
+            .into_iter()
+            .enumerate()
+            .map(|(position, name)| {
+                name.ok_or_else(|| {
+                    let argument =
+                        arguments.and_then(|a| a.get(position)).map(|a| format!(" ('{a}')")).unwrap_or_default();
+                    Error::invalid(format!(
+                        "model '{model}': no input of the config goes to argument {position}{argument} of forward; \
+                         only trailing arguments may be left out"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let by_convention = output_specs.iter().all(|(n, _, _)| convention_index(n).is_some());
         let batch = config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(output_specs.len());
@@ -160,7 +175,7 @@ impl IoPlan {
             let dims = if batch { std::iter::once(-1).chain(dims).collect() } else { dims };
             outputs.push((name, index, datatype, dims));
         }
-        Ok(IoPlan { inputs, arity, outputs })
+        Ok(IoPlan { inputs, arguments: by_position, outputs })
     }
 }
 
@@ -268,7 +283,7 @@ struct PytorchBackend {
 
 impl PytorchBackend {
     fn arguments(&self, inputs: &[Tensor]) -> Result<Vec<IValue>> {
-        let mut slots: Vec<Option<IValue>> = (0..self.plan.arity).map(|_| None).collect();
+        let mut slots: Vec<Option<IValue>> = self.plan.arguments.iter().map(|_| None).collect();
         for tensor in inputs {
             let position =
                 *self.plan.inputs.get(&tensor.name).ok_or_else(|| {
@@ -281,11 +296,8 @@ impl PytorchBackend {
             .enumerate()
             .map(|(position, slot)| {
                 slot.ok_or_else(|| {
-                    let name = self.plan.inputs.iter().find(|(_, p)| **p == position).map(|(n, _)| n.as_str());
-                    Error::invalid(match name {
-                        Some(name) => format!("model '{}': input '{name}' is missing", self.model),
-                        None => format!("model '{}': no input goes to argument {position} of forward", self.model),
-                    })
+                    let name = &self.plan.arguments[position];
+                    Error::invalid(format!("model '{}': input '{name}' is missing", self.model))
                 })
             })
             .collect()
@@ -351,7 +363,8 @@ mod tests {
                           {"name":"OUTPUT__0","data_type":"TYPE_INT32","dims":[2]}]}"#,
         );
         let plan = IoPlan::new(&c, None).unwrap();
-        assert_eq!((plan.inputs["INPUT__0"], plan.inputs["INPUT__1"], plan.arity), (0, 1, 2));
+        assert_eq!((plan.inputs["INPUT__0"], plan.inputs["INPUT__1"]), (0, 1));
+        assert_eq!(plan.arguments, ["INPUT__0", "INPUT__1"]);
         assert_eq!(plan.outputs[0], ("OUTPUT__1".to_string(), 1, DataType::F32, vec![-1, 2]));
 
         let c = config(
@@ -369,6 +382,12 @@ mod tests {
         assert!(e.to_string().contains("naming convention <name>__<index>"), "{e}");
         let e = IoPlan::new(&c, Some(&["a".to_string(), "c".to_string()])).unwrap_err();
         assert!(e.to_string().contains("input 'b' neither follows"), "{e}");
+        // A trailing argument with a default may be left out; one in the middle may not.
+        let args = vec!["a".to_string(), "b".to_string(), "rest".to_string()];
+        assert_eq!(IoPlan::new(&c, Some(&args)).unwrap().arguments, ["a", "b"]);
+        let args = vec!["a".to_string(), "gap".to_string(), "b".to_string()];
+        let e = IoPlan::new(&c, Some(&args)).unwrap_err();
+        assert!(e.to_string().contains("no input of the config goes to argument 1 ('gap')"), "{e}");
     }
 
     #[test]
@@ -381,7 +400,7 @@ mod tests {
                   "state":[{"input_name":"ACC__2","output_name":"ACC_OUT__1","data_type":"TYPE_INT32","dims":[1]}]}}"#,
         );
         let plan = IoPlan::new(&c, None).unwrap();
-        assert_eq!((plan.inputs["START__1"], plan.inputs["ACC__2"], plan.arity), (1, 2, 3));
+        assert_eq!(plan.arguments, ["INPUT__0", "START__1", "ACC__2"]);
         assert_eq!(plan.outputs[1], ("ACC_OUT__1".to_string(), 1, DataType::I32, vec![-1, 1]));
     }
 
@@ -398,6 +417,14 @@ mod tests {
                 "output":[{"name":"C__0","data_type":"TYPE_FP32","dims":[1]}]}"#,
         );
         assert!(IoPlan::new(&c, None).unwrap_err().to_string().contains("both go to argument 0"));
+        let c = config(
+            r#"{"name":"m","input":[{"name":"A__0","data_type":"TYPE_FP32","dims":[1]},
+                                      {"name":"C__2","data_type":"TYPE_FP32","dims":[1]}],
+                "output":[{"name":"Y__0","data_type":"TYPE_FP32","dims":[1]}]}"#,
+        );
+        assert!(IoPlan::new(&c, None).unwrap_err().to_string().contains("goes to argument 1 of forward"));
+        let e = IoPlan::new(&c, Some(&["a".to_string(), "b".to_string()])).unwrap_err();
+        assert!(e.to_string().contains("input 'C__2' goes to argument 2, but forward takes 2"), "{e}");
     }
 
     #[test]
