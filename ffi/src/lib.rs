@@ -2,5 +2,8 @@
 //!
 //! Everything that calls into C or C++ libraries without a safe Rust crate in between lives
 //! here, each `unsafe` block with its `SAFETY:` reason, so the rest of the workspace stays safe
-//! Rust.
+//! Rust. Modules:
+//! - [`cuda`]: enabling CUDA at run time (the `libtorch_cuda.so` beside the libtorch in use) and the C++ shim
+//!   over libtorch's CUDA streams, graphs and events, which `tch` does not expose.
 #![deny(unsafe_op_in_unsafe_fn)]
+pub mod cuda;
