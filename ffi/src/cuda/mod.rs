@@ -168,7 +168,7 @@ mod tests {
         // On a machine without libtorch_cuda the shim's CUDA symbols cannot resolve.
         #[cfg(tritium_cuda_shim)]
         {
-            let e = load_shim().err().expect("unresolved libtorch_cuda symbols");
+            let e = load_shim().expect_err("unresolved libtorch_cuda symbols");
             assert!(e.0.contains("cannot load the CUDA shim"), "{e}");
         }
     }
