@@ -76,6 +76,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     for note in cli::effects::no_effect_notes(&cli) {
         tracing::warn!("{note}");
     }
+    match tritium_ffi::cuda::enable(cli.libtorch_cuda_library.as_deref()) {
+        Ok(cuda) => {
+            tracing::info!("CUDA on for PyTorch models: {} GPU(s) through {}", cuda.devices(), cuda.library().display())
+        }
+        Err(why) => tracing::info!("CUDA off for PyTorch models: {why}"),
+    }
     let engine = Engine::new();
     let backend_env = BackendEnv { onnxruntime_library: cli.onnxruntime_library.clone() };
     let repository = Arc::new(RepositoryManager::new(

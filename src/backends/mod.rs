@@ -76,6 +76,18 @@ fn shared_intra_threads(config: &ModelConfig) -> Option<usize> {
     Some((cores / instances).max(1))
 }
 
+/// The GPUs a model's backend can run on here, which decides what KIND_AUTO means for it: the
+/// CUDA devices for PyTorch models when CUDA is on, none for every other backend (the ONNX
+/// Runtime library this build loads has no GPU execution provider enabled).
+pub fn usable_gpus(config: &ModelConfig) -> usize {
+    let pytorch = config.backend == "pytorch" || (config.backend.is_empty() && config.platform == "pytorch_libtorch");
+    if pytorch {
+        tritium_ffi::cuda::runtime().map(|r| r.devices()).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 /// The factory that makes instances of one version of a normalized, validated config.
 pub fn factory(
     config: &ModelConfig,

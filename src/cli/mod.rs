@@ -217,6 +217,12 @@ pub struct Cli {
     #[arg(long, env = "ORT_DYLIB_PATH", help_heading = "Backend")]
     pub onnxruntime_library: Option<PathBuf>,
 
+    /// Path of the `libtorch_cuda.so` that gives PyTorch models a GPU (else the one beside the
+    /// `libtorch_cpu.so` the server runs with). Loaded once at start; without it, or without a
+    /// GPU, KIND_GPU PyTorch models fail to load with the reason. Tritium's own flag.
+    #[arg(long, env = "TRITIUM_LIBTORCH_CUDA", help_heading = "Backend")]
+    pub libtorch_cuda_library: Option<PathBuf>,
+
     #[command(flatten)]
     pub repo: repository::RepositoryFlags,
     #[command(flatten)]

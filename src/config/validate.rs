@@ -128,18 +128,23 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
         if group.count < 1 {
             return Err(invalid(config, format!("instance group '{}' must have 'count' >= 1", group.name)));
         }
-        // Normalization turns KIND_AUTO into KIND_CPU here: a KIND_GPU left is one the config
-        // asks for, and this build runs no model on a GPU.
-        if group.kind == crate::config::model_instance_group::Kind::Gpu as i32 {
+        // Normalization turns KIND_AUTO into KIND_GPU only for a backend that can use a GPU here
+        // (PyTorch with CUDA on): a KIND_GPU left on another backend is one the config asks for.
+        // A PyTorch model's GPU instances are checked when made (CUDA on, the GPU exists).
+        if group.kind == crate::config::model_instance_group::Kind::Gpu as i32 && config.backend != "pytorch" {
             let ids: Vec<String> = group.gpus.iter().map(|g| g.to_string()).collect();
             return Err(invalid(
                 config,
                 format!(
-                    "instance group '{}' asks for KIND_GPU (gpus [{}]), but this Tritium build runs models on the CPU only; use KIND_CPU or KIND_AUTO",
+                    "instance group '{}' asks for KIND_GPU (gpus [{}]), but this Tritium build runs '{}' models on the CPU only (GPUs serve PyTorch models); use KIND_CPU or KIND_AUTO",
                     group.name,
-                    ids.join(", ")
+                    ids.join(", "),
+                    config.backend
                 ),
             ));
+        }
+        if group.gpus.iter().any(|g| *g < 0) {
+            return Err(invalid(config, format!("instance group '{}' has a negative GPU id", group.name)));
         }
     }
     Ok(())
@@ -161,6 +166,16 @@ mod tests {
             .unwrap();
         check(&format!(r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_MODEL"}}]}}"#))
             .unwrap();
+        // PyTorch GPU instances pass here; whether CUDA serves them is checked when they are made.
+        check(&format!(
+            r#"{{"name":"m","backend":"pytorch",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[0]}}]}}"#
+        ))
+        .unwrap();
+        let e = check(&format!(
+            r#"{{"name":"m","backend":"pytorch",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[-1]}}]}}"#
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("negative GPU id"), "{e}");
     }
 
     fn check(json: &str) -> Result<()> {

@@ -170,7 +170,8 @@ fn prepare_versions(
         let latest = *versions.last().expect("select_versions returns at least one");
         backends::autocomplete(&mut config, &dir.path, latest, env)?;
     }
-    config::normalize(&mut config, 0);
+    let gpus = backends::usable_gpus(&config);
+    config::normalize(&mut config, gpus);
     config::validate(&config)?;
     let labels = read_labels(&dir.path, &config)?;
     let graph = if config::is_ensemble(&config) { Some(crate::ensemble::Graph::from_config(&config)?) } else { None };

@@ -14,6 +14,7 @@
 //!   in libtorch, so the first model that sets it wins).
 
 mod convert;
+mod gpu;
 mod signature;
 
 use std::collections::HashMap;
@@ -203,6 +204,7 @@ pub struct PytorchFactory {
     file: PathBuf,
     options: PytorchOptions,
     plan: IoPlan,
+    graphs: gpu::GraphPlan,
 }
 
 impl PytorchFactory {
@@ -220,23 +222,20 @@ impl PytorchFactory {
         if let Some(n) = options.inter_op_threads {
             set_inter_op_threads(&config.name, n);
         }
-        Ok(PytorchFactory { model: config.name.clone(), file, options, plan })
+        let graphs = gpu::GraphPlan::new(config, &plan.arguments)?;
+        Ok(PytorchFactory { model: config.name.clone(), file, options, plan, graphs })
     }
 }
 
-fn device(instance: &InstanceSpec) -> Result<Device> {
+/// The instance's device, and for a GPU the CUDA runtime that serves it.
+fn device(model: &str, instance: &InstanceSpec) -> Result<(Device, Option<&'static tritium_ffi::cuda::Runtime>)> {
     match instance.kind {
         InstanceKind::Gpu => {
             let ordinal = instance.device.unwrap_or(0).max(0) as usize;
-            if !tch::Cuda::is_available() {
-                return Err(Error::unavailable(format!(
-                    "instance '{}' asks for GPU {ordinal}, but libtorch sees no CUDA device",
-                    instance.name
-                )));
-            }
-            Ok(Device::Cuda(ordinal))
+            let runtime = gpu::runtime_for(model, &instance.name, ordinal)?;
+            Ok((Device::Cuda(ordinal), Some(runtime)))
         }
-        InstanceKind::Cpu | InstanceKind::Model => Ok(Device::Cpu),
+        InstanceKind::Cpu | InstanceKind::Model => Ok((Device::Cpu, None)),
     }
 }
 
@@ -261,12 +260,36 @@ impl BackendFactory for PytorchFactory {
                 Error::internal(format!("model '{}': libtorch refused INTRA_OP_THREAD_COUNT {n}", self.model))
             })?;
         }
-        let device = device(instance)?;
+        let (device, runtime) = device(&self.model, instance)?;
         let module = load(&self.model, &self.file, device)?;
+        let gpu = match (device, runtime) {
+            (Device::Cuda(ordinal), Some(runtime)) => {
+                let labels = [("model", self.model.clone()), ("instance", instance.name.clone())];
+                let run = |arguments: &[IValue]| forward(&self.model, &module, &self.options, arguments);
+                let context = gpu::GpuContext::new(runtime, ordinal, &self.graphs, labels, run)?;
+                tracing::info!(
+                    "model '{}': instance '{}' runs on GPU {ordinal} on its own CUDA stream, {} CUDA graph(s) captured",
+                    self.model,
+                    instance.name,
+                    context.graphs()
+                );
+                Some(context)
+            }
+            _ => {
+                if !self.graphs.shapes.is_empty() {
+                    tracing::warn!(
+                        "model '{}': instance '{}' runs on the CPU, where CUDA graphs do not apply",
+                        self.model,
+                        instance.name
+                    );
+                }
+                None
+            }
+        };
         Ok(Box::new(PytorchBackend {
             model: self.model.clone(),
             module,
-            device,
+            gpu,
             options: self.options.clone(),
             plan: self.plan.clone(),
         }))
@@ -276,9 +299,23 @@ impl BackendFactory for PytorchFactory {
 struct PytorchBackend {
     model: String,
     module: CModule,
-    device: Device,
+    /// A KIND_GPU instance's stream, graphs and timing; None on the CPU.
+    gpu: Option<gpu::GpuContext>,
     options: PytorchOptions,
     plan: IoPlan,
+}
+
+/// One call of `forward`, with Triton's per-call settings (thread-local in libtorch, set before
+/// each run as Triton does).
+fn forward(model: &str, module: &CModule, options: &PytorchOptions, arguments: &[IValue]) -> Result<IValue> {
+    let setting = |e: tch::TchError| Error::internal(format!("model '{model}': {e}"));
+    tch::jit::f_set_graph_executor_optimize(!options.disable_optimized_execution).map_err(setting)?;
+    if let Some(profiling) = options.jit_profiling {
+        tch::jit::f_set_profiling_mode(profiling).map_err(setting)?;
+    }
+    let call = || module.forward_is(arguments);
+    let result = if options.inference_mode { tch::no_grad(call) } else { call() };
+    result.map_err(|e| Error::internal(format!("model '{model}': PyTorch execute failure: {e}")))
 }
 
 impl PytorchBackend {
@@ -289,7 +326,8 @@ impl PytorchBackend {
                 *self.plan.inputs.get(&tensor.name).ok_or_else(|| {
                     Error::invalid(format!("model '{}': unexpected input '{}'", self.model, tensor.name))
                 })?;
-            slots[position] = Some(convert::to_ivalue(&self.model, tensor, self.device)?);
+            // On a GPU the context moves the host tensors (or copies them into a graph's inputs).
+            slots[position] = Some(convert::to_ivalue(&self.model, tensor, Device::Cpu)?);
         }
         slots
             .into_iter()
@@ -302,24 +340,17 @@ impl PytorchBackend {
             })
             .collect()
     }
-
-    fn run(&self, arguments: &[IValue]) -> Result<IValue> {
-        // Thread-local in libtorch, set before each run as Triton does.
-        let setting = |e: tch::TchError| Error::internal(format!("model '{}': {e}", self.model));
-        tch::jit::f_set_graph_executor_optimize(!self.options.disable_optimized_execution).map_err(setting)?;
-        if let Some(profiling) = self.options.jit_profiling {
-            tch::jit::f_set_profiling_mode(profiling).map_err(setting)?;
-        }
-        let forward = || self.module.forward_is(arguments);
-        let result = if self.options.inference_mode { tch::no_grad(forward) } else { forward() };
-        result.map_err(|e| Error::internal(format!("model '{}': PyTorch execute failure: {e}", self.model)))
-    }
 }
 
 impl Backend for PytorchBackend {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
         let arguments = self.arguments(batch.inputs)?;
-        let mut results: Vec<Option<IValue>> = convert::flatten(self.run(&arguments)?).into_iter().map(Some).collect();
+        let (model, module, options) = (&self.model, &self.module, &self.options);
+        let value = match &mut self.gpu {
+            Some(gpu) => gpu.execute(arguments, |moved| forward(model, module, options, moved))?,
+            None => forward(model, module, options, &arguments)?,
+        };
+        let mut results: Vec<Option<IValue>> = convert::flatten(value).into_iter().map(Some).collect();
         let wanted = |name: &str| batch.outputs.is_empty() || batch.outputs.iter().any(|w| w == name);
         let mut outputs = Vec::new();
         for (name, index, datatype, dims) in self.plan.outputs.iter().filter(|(n, ..)| wanted(n)) {
@@ -331,6 +362,9 @@ impl Backend for PytorchBackend {
                 ))
             })?;
             outputs.push(convert::from_ivalue(&self.model, name, value, *datatype, dims)?);
+        }
+        if let Some(gpu) = &self.gpu {
+            gpu.finish();
         }
         Ok(outputs)
     }

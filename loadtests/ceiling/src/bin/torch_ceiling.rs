@@ -1,17 +1,25 @@
 //! Ceiling of the PyTorch backend: one TorchScript model run in-process through libtorch (`tch`,
-//! as Tritium's PyTorch backend does: one `CModule`, the input copied from request bytes into a
-//! tensor, `forward` without autograd, the output copied out per run), items/s at each batch size.
-//! No server, no network, no batcher.
+//! as Tritium's PyTorch backend does: one `CModule`, each input copied from request bytes into a
+//! host tensor, `forward` without autograd, the outputs copied back to host memory per run),
+//! items/s at each batch size. No server, no network, no batcher.
 //!
 //!   torch_ceiling --model model_repository/torch_mlp/1/model.pt --dims 256
 //!                 [--batch 1,8,32,64] [--seconds 3] [--repeats 3] [--intra-threads N]
+//!                 [--inputs 1] [--kind f32|i64] [--device cpu|cuda] [--graphs]
+//!
+//! `--inputs N --kind i64` feeds N INT64 inputs of `dims` (all ones: valid token ids and a full
+//! attention mask for an encoder). `--device cuda` runs on GPU 0 the way a KIND_GPU instance does:
+//! CUDA enabled through the `libtorch_cuda.so` beside the libtorch in use, a stream from
+//! libtorch's pool made current, inputs moved to the GPU per run; `--graphs` captures one CUDA
+//! graph per batch size first and replays it (inputs copied into its static inputs), as the
+//! backend does with `optimization { cuda { graphs: true } }`.
 //!
 //! Prints one JSON object per (repeat, batch) on stdout, as `ceiling` does:
 //! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}.
 
 use std::path::PathBuf;
 
-use tch::{CModule, IValue, Kind, Tensor};
+use tch::{CModule, Device, IValue, Kind, Tensor};
 use tritium_ceiling::{measure, pattern, BenchResult};
 
 struct Args {
@@ -21,6 +29,10 @@ struct Args {
     seconds: f64,
     repeats: usize,
     intra: Option<i32>,
+    inputs: usize,
+    kind: Kind,
+    cuda: bool,
+    graphs: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -32,12 +44,26 @@ fn parse() -> Result<Args, String> {
         seconds: 3.0,
         repeats: 3,
         intra: None,
+        inputs: 1,
+        kind: Kind::Float,
+        cuda: false,
+        graphs: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--help" || flag == "-h" {
-            println!("torch_ceiling --model FILE.pt --dims 256 [--batch 1,8,32,64] [--seconds 3] [--repeats 3] [--intra-threads N]");
-            std::process::exit(0);
+        match flag.as_str() {
+            "--help" | "-h" => {
+                println!(
+                    "torch_ceiling --model FILE.pt --dims 256 [--batch 1,8,32,64] [--seconds 3] [--repeats 3] \
+                     [--intra-threads N] [--inputs 1] [--kind f32|i64] [--device cpu|cuda] [--graphs]"
+                );
+                std::process::exit(0);
+            }
+            "--graphs" => {
+                a.graphs = true;
+                continue;
+            }
+            _ => {}
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: not a number: {v}"));
@@ -48,8 +74,26 @@ fn parse() -> Result<Args, String> {
             "--seconds" => a.seconds = value.parse().map_err(|_| format!("--seconds: {value}"))?,
             "--repeats" => a.repeats = num(&value)?,
             "--intra-threads" => a.intra = Some(num(&value)? as i32),
+            "--inputs" => a.inputs = num(&value)?.max(1),
+            "--kind" => {
+                a.kind = match value.as_str() {
+                    "f32" => Kind::Float,
+                    "i64" => Kind::Int64,
+                    other => return Err(format!("--kind: f32 or i64, not {other}")),
+                }
+            }
+            "--device" => {
+                a.cuda = match value.as_str() {
+                    "cpu" => false,
+                    "cuda" => true,
+                    other => return Err(format!("--device: cpu or cuda, not {other}")),
+                }
+            }
             _ => return Err(format!("unknown flag {flag} (see --help)")),
         }
+    }
+    if a.graphs && !a.cuda {
+        return Err("--graphs needs --device cuda".to_string());
     }
     Ok(a)
 }
@@ -65,29 +109,101 @@ fn main() {
     }
 }
 
+/// One batch's input bytes, as a request would bring them.
+fn input_bytes(args: &Args, batch: usize) -> Vec<u8> {
+    let n = batch * args.dims.iter().product::<i64>() as usize;
+    match args.kind {
+        Kind::Int64 => (0..n).flat_map(|_| 1i64.to_le_bytes()).collect(),
+        _ => pattern(n).iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// Every output tensor of `value`, copied to host memory; returns the bytes copied.
+fn read_out(value: IValue) -> BenchResult<usize> {
+    let tensors = match value {
+        IValue::Tensor(t) => vec![t],
+        IValue::Tuple(items) | IValue::GenericList(items) => {
+            items.into_iter().filter_map(|v| if let IValue::Tensor(t) = v { Some(t) } else { None }).collect()
+        }
+        _ => return Err("forward returned no tensor".into()),
+    };
+    let mut total = 0;
+    for t in tensors {
+        let t = t.to_device(Device::Cpu).contiguous();
+        let numel = t.numel();
+        let mut bytes = vec![0u8; numel * t.kind().elt_size_in_bytes()];
+        t.f_copy_data_u8(&mut bytes, numel)?;
+        total += bytes.len();
+    }
+    Ok(total)
+}
+
 fn run(args: &Args) -> BenchResult<()> {
     if let Some(n) = args.intra {
         tch::set_num_threads(n);
     }
-    let mut module = CModule::load(&args.model)?;
+    let (device, stream, runtime) = if args.cuda {
+        let runtime = tritium_ffi::cuda::enable(None)?;
+        let stream = runtime.stream(0)?;
+        stream.make_current()?;
+        (Device::Cuda(0), Some(stream), Some(runtime))
+    } else {
+        (Device::Cpu, None, None)
+    };
+    let mut module = CModule::load_on_device(&args.model, device)?;
     module.set_eval();
-    eprintln!("model {} dims {:?}, intra threads {}", args.model.display(), args.dims, tch::get_num_threads());
+    let forward = |inputs: &[IValue]| tch::no_grad(|| module.forward_is(inputs));
+    eprintln!(
+        "model {} inputs {}x{:?} {:?} on {device:?}{}, intra threads {}",
+        args.model.display(),
+        args.inputs,
+        args.dims,
+        args.kind,
+        if args.graphs { " with CUDA graphs" } else { "" },
+        tch::get_num_threads()
+    );
     for repeat in 1..=args.repeats {
         for &batch in &args.batches {
-            let n = batch * args.dims.iter().product::<i64>() as usize;
-            let data: Vec<u8> = pattern(n).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let data = input_bytes(args, batch);
             let mut shape = vec![batch as i64];
             shape.extend(&args.dims);
-            let once = || -> BenchResult<usize> {
-                let input = Tensor::f_from_data_size(&data, &shape, Kind::Float)?;
-                let out = tch::no_grad(|| module.forward_is(&[IValue::Tensor(input)]))?;
-                let IValue::Tensor(out) = out else { return Err("forward returned no tensor".into()) };
-                let numel = out.numel();
-                let mut bytes = vec![0u8; numel * 4];
-                out.contiguous().f_copy_data_u8(&mut bytes, numel)?;
-                Ok(bytes.len())
+            let host = || -> BenchResult<Vec<Tensor>> {
+                (0..args.inputs).map(|_| Ok(Tensor::f_from_data_size(&data, &shape, args.kind)?)).collect()
             };
-            measure(repeat, batch, args.seconds, once)?;
+            if args.graphs {
+                let (runtime, stream) = (runtime.expect("cuda"), stream.as_ref().expect("cuda"));
+                let statics: Vec<Tensor> =
+                    (0..args.inputs).map(|_| Tensor::zeros(shape.as_slice(), (args.kind, device))).collect();
+                let call = || forward(&statics.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect::<Vec<_>>());
+                for _ in 0..3 {
+                    call()?;
+                }
+                stream.synchronize()?;
+                let (graph, output) = runtime.capture(call)?;
+                let outputs: Vec<Tensor> = match output {
+                    IValue::Tensor(t) => vec![t],
+                    IValue::Tuple(items) => items
+                        .into_iter()
+                        .filter_map(|v| if let IValue::Tensor(t) = v { Some(t) } else { None })
+                        .collect(),
+                    _ => return Err("forward returned no tensor".into()),
+                };
+                let once = || -> BenchResult<usize> {
+                    for (target, source) in statics.iter().zip(host()?) {
+                        target.shallow_clone().f_copy_(&source)?;
+                    }
+                    graph.replay()?;
+                    read_out(IValue::Tuple(outputs.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect()))
+                };
+                measure(repeat, batch, args.seconds, once)?;
+            } else {
+                let once = || -> BenchResult<usize> {
+                    let inputs: Vec<IValue> =
+                        host()?.into_iter().map(|t| IValue::Tensor(t.to_device(device))).collect();
+                    read_out(forward(&inputs)?)
+                };
+                measure(repeat, batch, args.seconds, once)?;
+            }
         }
     }
     Ok(())

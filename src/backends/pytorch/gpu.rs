@@ -1,0 +1,282 @@
+//! PyTorch instances on a GPU: the device context each KIND_GPU instance owns for its lifetime
+//! (a CUDA stream from libtorch's pool, made current on the instance's thread for every
+//! execution; the CUDA graphs captured at load; event timing of the stream's busy time), and the
+//! graph plan read from Triton's `optimization { cuda { graphs graph_spec } }`.
+//!
+//! A graph is captured per set of input shapes: the `graph_spec` entries (a batch size and, for
+//! inputs whose config dims are variable, their shapes), or, without `graph_spec`, every batch
+//! size from 1 to `max_batch_size` when all input dims are fixed. A batch whose shapes match a
+//! captured graph replays it (inputs copied into the graph's static input tensors, outputs read
+//! from its static outputs); any other batch runs eagerly on the same stream.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tch::{Device, IValue, Kind};
+use tritium_actors::{DataType, Error, Result};
+use tritium_ffi::cuda::{Graph, Runtime, Stream, Timer};
+
+use super::convert;
+use crate::config::{engine_data_type, ModelConfig};
+
+/// The input shapes (argument order, batch dimension included) of one graph to capture.
+pub type GraphShapes = Vec<Vec<i64>>;
+
+/// What to capture, per instance, from the config.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GraphPlan {
+    /// Each graph's input shapes, and the libtorch kind of each argument.
+    pub shapes: Vec<GraphShapes>,
+    pub kinds: Vec<Kind>,
+}
+
+impl GraphPlan {
+    /// The graphs `config` asks for (none unless `optimization.cuda.graphs`); `arguments` are the
+    /// input names in `forward`'s order.
+    pub fn new(config: &ModelConfig, arguments: &[String]) -> Result<GraphPlan> {
+        let model = &config.name;
+        let Some(cuda) = config.optimization.as_ref().and_then(|o| o.cuda.as_ref()).filter(|c| c.graphs) else {
+            return Ok(GraphPlan::default());
+        };
+        let mut kinds = Vec::new();
+        let mut dims = Vec::new();
+        for name in arguments {
+            let input = config.input.iter().find(|i| &i.name == name).ok_or_else(|| {
+                Error::invalid(format!(
+                    "model '{model}': CUDA graphs need every input of forward in the config's inputs; '{name}' is a \
+                     sequence control or state input, which graphs do not take"
+                ))
+            })?;
+            let datatype = engine_data_type(input.data_type)
+                .ok_or_else(|| Error::invalid(format!("model '{model}': input '{name}' has no valid data_type")))?;
+            let kind = convert::kind(datatype).filter(|_| datatype != DataType::Bytes).ok_or_else(|| {
+                Error::invalid(format!("model '{model}': CUDA graphs need tensor inputs; '{name}' is {datatype}"))
+            })?;
+            kinds.push(kind);
+            dims.push(input.dims.clone());
+        }
+        let batching = config.max_batch_size > 0;
+        let with_batch = |batch: i64, dims: &[i64]| -> Vec<i64> {
+            if batching {
+                std::iter::once(batch).chain(dims.iter().copied()).collect()
+            } else {
+                dims.to_vec()
+            }
+        };
+        let mut shapes = Vec::new();
+        if cuda.graph_spec.is_empty() {
+            if let Some(name) = arguments.iter().zip(&dims).find(|(_, d)| d.iter().any(|x| *x < 0)).map(|(n, _)| n) {
+                return Err(Error::invalid(format!(
+                    "model '{model}': CUDA graphs without graph_spec need fixed input dims, and input '{name}' has a \
+                     variable one; list the shapes to capture in optimization.cuda.graph_spec"
+                )));
+            }
+            for batch in 1..=i64::from(config.max_batch_size.max(1)) {
+                shapes.push(dims.iter().map(|d| with_batch(batch, d)).collect());
+                if !batching {
+                    break;
+                }
+            }
+        } else {
+            for spec in &cuda.graph_spec {
+                if batching && (spec.batch_size < 1 || spec.batch_size > config.max_batch_size) {
+                    return Err(Error::invalid(format!(
+                        "model '{model}': graph_spec batch_size {} is outside 1..={}",
+                        spec.batch_size, config.max_batch_size
+                    )));
+                }
+                let mut graph = Vec::new();
+                for (name, config_dims) in arguments.iter().zip(&dims) {
+                    let given = spec.input.get(name).map(|s| s.dim.clone());
+                    let dims = match given {
+                        Some(d)
+                            if d.len() == config_dims.len()
+                                && d.iter().zip(config_dims).all(|(g, c)| *g > 0 && (*c < 0 || g == c)) =>
+                        {
+                            d
+                        }
+                        Some(d) => {
+                            return Err(Error::invalid(format!(
+                                "model '{model}': graph_spec shape {d:?} of input '{name}' does not fit its dims \
+                                 {config_dims:?}"
+                            )))
+                        }
+                        None if config_dims.iter().all(|d| *d > 0) => config_dims.clone(),
+                        None => {
+                            return Err(Error::invalid(format!(
+                                "model '{model}': graph_spec for batch size {} lacks the shape of input '{name}', \
+                                 whose dims {config_dims:?} are variable",
+                                spec.batch_size
+                            )))
+                        }
+                    };
+                    graph.push(with_batch(i64::from(spec.batch_size), &dims));
+                }
+                shapes.push(graph);
+            }
+        }
+        Ok(GraphPlan { shapes, kinds })
+    }
+}
+
+/// One captured graph: its static inputs (argument order) and the value `forward` returned
+/// while it was captured, whose tensors each replay rewrites.
+struct Captured {
+    graph: Graph,
+    inputs: Vec<tch::Tensor>,
+    output: Output,
+}
+
+/// The tensors of a value `forward` returned, kept in its shape (an `IValue` may hold script
+/// objects, which cannot move between threads; a graph's outputs are tensors only).
+enum Output {
+    Tensor(tch::Tensor),
+    Tuple(Vec<Output>),
+    List(Vec<Output>),
+}
+
+impl Output {
+    fn keep(value: IValue) -> Result<Output> {
+        let all = |items: Vec<IValue>| items.into_iter().map(Output::keep).collect::<Result<Vec<_>>>();
+        Ok(match value {
+            IValue::Tensor(t) => Output::Tensor(t),
+            IValue::Tuple(items) => Output::Tuple(all(items)?),
+            IValue::GenericList(items) => Output::List(all(items)?),
+            IValue::TensorList(items) => Output::List(items.into_iter().map(Output::Tensor).collect()),
+            _ => {
+                return Err(Error::invalid(
+                    "a model run with CUDA graphs must return tensors (or tuples or lists of them)",
+                ))
+            }
+        })
+    }
+
+    /// A new value sharing these tensors: each replay rewrites them, the caller reads them.
+    fn share(&self) -> IValue {
+        match self {
+            Output::Tensor(t) => IValue::Tensor(t.shallow_clone()),
+            Output::Tuple(items) => IValue::Tuple(items.iter().map(Output::share).collect()),
+            Output::List(items) => IValue::GenericList(items.iter().map(Output::share).collect()),
+        }
+    }
+}
+
+/// A KIND_GPU instance's device context.
+pub struct GpuContext {
+    pub device: Device,
+    stream: Stream,
+    timer: Timer,
+    graphs: HashMap<GraphShapes, Captured>,
+    busy: metrics::Counter,
+}
+
+impl GpuContext {
+    /// Takes a stream on `ordinal`, makes it current on the calling (instance) thread, and
+    /// captures the plan's graphs with `run`, the instance's way to call `forward`.
+    pub fn new(
+        runtime: &'static Runtime,
+        ordinal: usize,
+        plan: &GraphPlan,
+        labels: [(&'static str, String); 2],
+        run: impl Fn(&[IValue]) -> Result<IValue>,
+    ) -> Result<GpuContext> {
+        let cuda = |e: tritium_ffi::cuda::CudaError| Error::unavailable(e.to_string());
+        let stream = runtime.stream(ordinal).map_err(cuda)?;
+        stream.make_current().map_err(cuda)?;
+        let timer = runtime.timer().map_err(cuda)?;
+        let device = Device::Cuda(ordinal);
+        let mut graphs = HashMap::new();
+        for shapes in &plan.shapes {
+            let inputs: Vec<tch::Tensor> = shapes
+                .iter()
+                .zip(&plan.kinds)
+                .map(|(shape, kind)| tch::Tensor::zeros(shape.as_slice(), (*kind, device)))
+                .collect();
+            let arguments = || inputs.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect::<Vec<_>>();
+            // Warm-up runs on this stream first: libtorch's profiling executor settles the graph it
+            // runs in the first calls, and capture must see the settled one.
+            for _ in 0..3 {
+                run(&arguments())?;
+            }
+            stream.synchronize().map_err(cuda)?;
+            let (graph, output) = runtime
+                .capture(|| run(&arguments()))
+                .map_err(|e| Error::internal(format!("capturing a CUDA graph for input shapes {shapes:?}: {e}")))?;
+            graphs.insert(shapes.clone(), Captured { graph, inputs, output: Output::keep(output)? });
+        }
+        stream.synchronize().map_err(cuda)?;
+        let busy = metrics::counter!("tritium_instance_gpu_busy_us_total", &labels);
+        Ok(GpuContext { device, stream, timer, graphs, busy })
+    }
+
+    pub fn graphs(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// Runs one execution on the instance's stream: the inputs are CPU tensors in argument order;
+    /// a captured graph replays when their shapes match one, else `eager` runs `forward` on the
+    /// inputs moved to the GPU. Returns forward's value, still on the GPU, and adds the stream's
+    /// busy time to the instance's figure once the caller has read the outputs (`finish`).
+    pub fn execute(&mut self, inputs: Vec<IValue>, eager: impl FnOnce(&[IValue]) -> Result<IValue>) -> Result<IValue> {
+        let cuda = |e: tritium_ffi::cuda::CudaError| Error::internal(e.to_string());
+        // The instance thread is the one that made the stream current at load, but libtorch keeps
+        // the current stream per thread and per device: set it again, cheaply, every time.
+        self.stream.make_current().map_err(cuda)?;
+        self.timer.record(&self.stream, false).map_err(cuda)?;
+        let shapes: Option<GraphShapes> =
+            inputs.iter().map(|v| if let IValue::Tensor(t) = v { Some(t.size()) } else { None }).collect();
+        let result = match shapes.as_ref().and_then(|s| self.graphs.get(s)) {
+            Some(captured) => {
+                for (target, value) in captured.inputs.iter().zip(&inputs) {
+                    let IValue::Tensor(source) = value else { unreachable!("shapes exist only for tensors") };
+                    let mut target = target.shallow_clone();
+                    target
+                        .f_copy_(source)
+                        .map_err(|e| Error::internal(format!("copying an input into a CUDA graph: {e}")))?;
+                }
+                captured.graph.replay().map_err(cuda)?;
+                captured.output.share()
+            }
+            None => {
+                let moved: Vec<IValue> = inputs
+                    .into_iter()
+                    .map(|v| match v {
+                        IValue::Tensor(t) => IValue::Tensor(t.to_device(self.device)),
+                        other => other,
+                    })
+                    .collect();
+                eager(&moved)?
+            }
+        };
+        self.timer.record(&self.stream, true).map_err(cuda)?;
+        Ok(result)
+    }
+
+    /// Adds the last execution's GPU time to the instance's busy figure (waits for the stream,
+    /// which reading the outputs has already done).
+    pub fn finish(&self) {
+        if let Ok(elapsed) = self.timer.elapsed() {
+            self.busy.increment(duration_us(elapsed));
+        }
+    }
+}
+
+fn duration_us(d: Duration) -> u64 {
+    d.as_micros().min(u128::from(u64::MAX)) as u64
+}
+
+/// CUDA for a KIND_GPU instance on GPU `ordinal`, or why the instance cannot have it.
+pub fn runtime_for(model: &str, instance: &str, ordinal: usize) -> Result<&'static Runtime> {
+    let runtime = tritium_ffi::cuda::runtime().map_err(|e| {
+        Error::unavailable(format!(
+            "model '{model}': instance '{instance}' asks for GPU {ordinal}, but CUDA is off: {e}"
+        ))
+    })?;
+    if ordinal >= runtime.devices() {
+        return Err(Error::invalid(format!(
+            "model '{model}': instance '{instance}' asks for GPU {ordinal}, but there are {} CUDA device(s)",
+            runtime.devices()
+        )));
+    }
+    Ok(runtime)
+}
