@@ -22,6 +22,8 @@ use crate::config::{engine_data_type, ModelConfig};
 /// The input shapes (argument order, batch dimension included) of one graph to capture.
 pub type GraphShapes = Vec<Vec<i64>>;
 
+static CAPTURE: parking_lot::Mutex<()> = parking_lot::const_mutex(());
+
 /// What to capture, per instance, from the config.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GraphPlan {
@@ -193,6 +195,9 @@ impl GpuContext {
                 .map(|(shape, kind)| tch::Tensor::zeros(shape.as_slice(), (*kind, device)))
                 .collect();
             let arguments = || inputs.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect::<Vec<_>>();
+            // One capture at a time in the process: instances load in parallel, and although the
+            // capture mode is thread-local, keeping captures apart leaves nothing to chance.
+            let _one_at_a_time = CAPTURE.lock();
             // Warm-up runs on this stream first: libtorch's profiling executor settles the graph it
             // runs in the first calls, and capture must see the settled one.
             for _ in 0..3 {
@@ -279,4 +284,89 @@ pub fn runtime_for(model: &str, instance: &str, ordinal: usize) -> Result<&'stat
         )));
     }
     Ok(runtime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> ModelConfig {
+        crate::config::from_json(&format!(
+            r#"{{"name":"enc","max_batch_size":4,
+                "input":[{{"name":"ids","data_type":"TYPE_INT64","dims":[8]}},
+                         {{"name":"mask","data_type":"TYPE_INT64","dims":[-1]}}],
+                "output":[{{"name":"y","data_type":"TYPE_FP32","dims":[2]}}]{extra}}}"#
+        ))
+        .expect("config parses")
+    }
+
+    fn args() -> Vec<String> {
+        vec!["ids".to_string(), "mask".to_string()]
+    }
+
+    #[test]
+    fn no_graphs_unless_the_config_asks() {
+        assert_eq!(GraphPlan::new(&config(""), &args()).unwrap(), GraphPlan::default());
+        let off = config(r#","optimization":{"cuda":{"graphs":false}}"#);
+        assert!(GraphPlan::new(&off, &args()).unwrap().shapes.is_empty());
+    }
+
+    #[test]
+    fn graph_spec_gives_each_graphs_shapes() {
+        let c = config(
+            r#","optimization":{"cuda":{"graphs":true,"graph_spec":[
+                {"batch_size":2,"input":{"mask":{"dim":[8]}}},
+                {"batch_size":4,"input":{"mask":{"dim":[5]},"ids":{"dim":[8]}}}]}}"#,
+        );
+        let plan = GraphPlan::new(&c, &args()).unwrap();
+        assert_eq!(plan.shapes, vec![vec![vec![2, 8], vec![2, 8]], vec![vec![4, 8], vec![4, 5]]]);
+        assert_eq!(plan.kinds, vec![Kind::Int64, Kind::Int64]);
+    }
+
+    #[test]
+    fn variable_dims_need_a_graph_spec_that_fits() {
+        let e = GraphPlan::new(&config(r#","optimization":{"cuda":{"graphs":true}}"#), &args()).unwrap_err();
+        assert!(e.to_string().contains("input 'mask' has a variable one"), "{e}");
+        let lacks = config(r#","optimization":{"cuda":{"graphs":true,"graph_spec":[{"batch_size":1}]}}"#);
+        let e = GraphPlan::new(&lacks, &args()).unwrap_err();
+        assert!(e.to_string().contains("lacks the shape of input 'mask'"), "{e}");
+        let wrong = config(
+            r#","optimization":{"cuda":{"graphs":true,"graph_spec":[{"batch_size":1,"input":{"mask":{"dim":[3]},"ids":{"dim":[9]}}}]}}"#,
+        );
+        let e = GraphPlan::new(&wrong, &args()).unwrap_err();
+        assert!(e.to_string().contains("[9] of input 'ids' does not fit its dims [8]"), "{e}");
+        let big = config(
+            r#","optimization":{"cuda":{"graphs":true,"graph_spec":[{"batch_size":5,"input":{"mask":{"dim":[3]}}}]}}"#,
+        );
+        assert!(GraphPlan::new(&big, &args()).unwrap_err().to_string().contains("outside 1..=4"));
+    }
+
+    #[test]
+    fn fixed_dims_capture_every_batch_size() {
+        let c = crate::config::from_json(
+            r#"{"name":"m","max_batch_size":3,"input":[{"name":"x","data_type":"TYPE_FP16","dims":[2,2]}],
+                "output":[{"name":"y","data_type":"TYPE_FP16","dims":[2]}],"optimization":{"cuda":{"graphs":true}}}"#,
+        )
+        .unwrap();
+        let plan = GraphPlan::new(&c, &["x".to_string()]).unwrap();
+        assert_eq!(plan.shapes, vec![vec![vec![1, 2, 2]], vec![vec![2, 2, 2]], vec![vec![3, 2, 2]]]);
+        assert_eq!(plan.kinds, vec![Kind::Half]);
+    }
+
+    #[test]
+    fn graphs_take_tensor_inputs_only() {
+        let c = crate::config::from_json(
+            r#"{"name":"m","max_batch_size":0,"input":[{"name":"s","data_type":"TYPE_STRING","dims":[1]}],
+                "output":[{"name":"y","data_type":"TYPE_FP32","dims":[1]}],"optimization":{"cuda":{"graphs":true}}}"#,
+        )
+        .unwrap();
+        let e = GraphPlan::new(&c, &["s".to_string()]).unwrap_err();
+        assert!(e.to_string().contains("need tensor inputs; 's' is BYTES"), "{e}");
+    }
+
+    #[test]
+    fn a_gpu_instance_without_cuda_says_why() {
+        let e = runtime_for("m", "m_0", 0).err().expect("CUDA is off in tests");
+        assert!(e.to_string().contains("asks for GPU 0, but CUDA is off"), "{e}");
+    }
 }
