@@ -133,4 +133,25 @@ void tritium_timer_free(void* timer) {
   delete t;
 }
 
+// CUDA shared memory (Triton's cudasharedmemory extension): a client's `cudaIpcMemHandle_t`
+// opened on `device`, and synchronous copies between it and host memory.
+int tritium_ipc_open(const void* handle, int device, void** out, char* err, size_t len) {
+  if (cuda_status(cudaSetDevice(device), err, len) != 0) return 1;
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle, sizeof(h));
+  return cuda_status(cudaIpcOpenMemHandle(out, h, cudaIpcMemLazyEnablePeerAccess), err, len);
+}
+
+int tritium_ipc_close(void* ptr, char* err, size_t len) {
+  return cuda_status(cudaIpcCloseMemHandle(ptr), err, len);
+}
+
+int tritium_ipc_handle_size() { return static_cast<int>(sizeof(cudaIpcMemHandle_t)); }
+
+int tritium_copy(void* dst, const void* src, size_t bytes, int to_device, int device, char* err, size_t len) {
+  if (cuda_status(cudaSetDevice(device), err, len) != 0) return 1;
+  return cuda_status(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost), err,
+                     len);
+}
+
 }  // extern "C"

@@ -10,6 +10,8 @@
 //! the object's end would kill the whole server with SIGBUS. An input is copied once, at decode,
 //! and a request keeps its bytes even if the region is unregistered or rewritten meanwhile.
 
+mod cuda;
+
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
@@ -59,16 +61,22 @@ fn open_region(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Fil
     Ok(file)
 }
 
+/// Checks that `[offset, offset + byte_size)` lies inside a region of `size` bytes (Triton's
+/// texts, for system and CUDA regions alike).
+fn check_range(name: &str, size: u64, offset: u64, byte_size: u64) -> Result<(usize, usize)> {
+    if offset >= size && !(offset == 0 && byte_size == 0) {
+        return Err(Error::invalid(format!("Invalid offset for shared memory region: '{name}'")));
+    }
+    match offset.checked_add(byte_size) {
+        Some(end) if end <= size => Ok((offset as usize, byte_size as usize)),
+        _ => Err(Error::invalid(format!("Invalid offset + byte size for shared memory region: '{name}'"))),
+    }
+}
+
 impl SystemRegion {
     /// Checks that `[offset, offset + byte_size)` lies inside the region.
     fn check_range(&self, offset: u64, byte_size: u64) -> Result<(usize, usize)> {
-        if offset >= self.byte_size && !(offset == 0 && byte_size == 0) {
-            return Err(Error::invalid(format!("Invalid offset for shared memory region: '{}'", self.name)));
-        }
-        match offset.checked_add(byte_size) {
-            Some(end) if end <= self.byte_size => Ok((offset as usize, byte_size as usize)),
-            _ => Err(Error::invalid(format!("Invalid offset + byte size for shared memory region: '{}'", self.name))),
-        }
+        check_range(&self.name, self.byte_size, offset, byte_size)
     }
 
     /// The error of an access that the object no longer allows (it was truncated or removed
@@ -105,6 +113,43 @@ pub struct Registry {
     regions: RwLock<BTreeMap<String, Arc<SystemRegion>>>,
 }
 
+pub use cuda::cuda;
+
+/// A copy of `byte_size` bytes at `offset` of region `name`, system or CUDA.
+pub fn read(name: &str, offset: u64, byte_size: u64) -> Result<Bytes> {
+    match cuda().get(name) {
+        Some(region) => region.read(offset, byte_size),
+        None => system().read(name, offset, byte_size),
+    }
+}
+
+/// Checks that an output of up to `byte_size` bytes fits at `offset` of region `name`.
+pub fn check_output(name: &str, offset: u64, byte_size: u64) -> Result<()> {
+    match cuda().get(name) {
+        Some(region) => region.check_range(offset, byte_size).map(|_| ()),
+        None => system().check_output(name, offset, byte_size),
+    }
+}
+
+/// Writes output `output`'s `data` at `offset` of region `name`, system or CUDA.
+pub fn write(name: &str, offset: u64, byte_size: u64, data: &[u8], output: &str) -> Result<()> {
+    match cuda().get(name) {
+        Some(region) => region.write(offset, byte_size, data, output),
+        None => system().write(name, offset, byte_size, data, output),
+    }
+}
+
+fn already_registered(name: &str) -> Error {
+    Error::new(tritium_actors::ErrorKind::AlreadyExists, format!("shared memory region '{name}' already in manager"))
+}
+
+fn too_small(output: &str, room: usize, needed: usize) -> Error {
+    Error::invalid(format!(
+        "shared memory size specified with the request for output '{output}' ({room} bytes) should be at least \
+         {needed} bytes to hold the results"
+    ))
+}
+
 /// The process's registry, shared by every frontend.
 pub fn system() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
@@ -114,23 +159,22 @@ pub fn system() -> &'static Registry {
 impl Registry {
     /// Maps `byte_size` bytes of the POSIX shared-memory object `key` from `offset`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<()> {
-        if self.regions.read().contains_key(name) {
-            return Err(Error::new(
-                tritium_actors::ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
+        // One name space for system and CUDA regions, as in Triton.
+        if self.regions.read().contains_key(name) || cuda().get(name).is_some() {
+            return Err(already_registered(name));
         }
         let file = open_region(name, key, offset, byte_size)?;
         let region = Arc::new(SystemRegion { name: name.into(), key: key.into(), offset, byte_size, file });
         let mut regions = self.regions.write();
         if regions.contains_key(name) {
-            return Err(Error::new(
-                tritium_actors::ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
+            return Err(already_registered(name));
         }
         regions.insert(name.into(), region);
         Ok(())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.regions.read().contains_key(name)
     }
 
     /// Unregisters one region, or every region when `name` is empty. An unknown name is not an
@@ -183,11 +227,7 @@ impl Registry {
         let region = self.get(name)?;
         let (start, room) = region.check_range(offset, byte_size)?;
         if data.len() > room {
-            return Err(Error::invalid(format!(
-                "shared memory size specified with the request for output '{output}' ({room} bytes) \
-                 should be at least {} bytes to hold the results",
-                data.len()
-            )));
+            return Err(too_small(output, room, data.len()));
         }
         // A write past the object's end would grow the client's object again: refuse it instead.
         let at = region.offset + start as u64;

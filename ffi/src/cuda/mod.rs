@@ -5,7 +5,7 @@
 //! beside the `libtorch_cpu.so` the process runs with (or the file a flag names) with
 //! `RTLD_GLOBAL`, which registers libtorch's CUDA hooks, so tch's `Device::Cuda` works; then it
 //! loads the shim (`cuda/shim.cpp`, built into this crate) for what tch lacks: pool streams,
-//! CUDA graphs and event timing. It runs once per process; when anything is missing, CUDA stays
+//! CUDA graphs, event timing, and CUDA IPC memory for Triton's CUDA shared memory. It runs once per process; when anything is missing, CUDA stays
 //! off with a reason that a KIND_GPU model's load error repeats.
 
 mod shim;
@@ -13,7 +13,7 @@ mod shim;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use shim::{Graph, Stream, Timer};
+pub use shim::{Graph, IpcMemory, Stream, Timer};
 
 /// Why CUDA is off, or why a CUDA call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -72,6 +72,14 @@ impl Runtime {
         body: impl FnOnce() -> Result<T, E>,
     ) -> Result<(Graph, T), CudaError> {
         Graph::capture(&self.api, body)
+    }
+
+    /// Opens a client's CUDA IPC handle of `byte_size` bytes on `device`.
+    pub fn open_ipc(&'static self, handle: &[u8], device: usize, byte_size: usize) -> Result<IpcMemory, CudaError> {
+        if device >= self.devices {
+            return Err(CudaError(format!("GPU {device} does not exist: libtorch sees {} CUDA device(s)", self.devices)));
+        }
+        IpcMemory::open(&self.api, handle, device, byte_size)
     }
 
     /// A new pair of timing events.

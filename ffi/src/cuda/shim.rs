@@ -25,6 +25,10 @@ pub(super) struct Api {
     timer_record: unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, ErrBuf, usize) -> Status,
     timer_elapsed_ms: unsafe extern "C" fn(*mut c_void, *mut f32, ErrBuf, usize) -> Status,
     timer_free: unsafe extern "C" fn(*mut c_void),
+    ipc_open: unsafe extern "C" fn(*const c_void, c_int, *mut *mut c_void, ErrBuf, usize) -> Status,
+    ipc_close: unsafe extern "C" fn(*mut c_void, ErrBuf, usize) -> Status,
+    ipc_handle_size: unsafe extern "C" fn() -> c_int,
+    copy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, c_int, ErrBuf, usize) -> Status,
 }
 
 impl Api {
@@ -54,6 +58,10 @@ impl Api {
             timer_record: symbol!("tritium_timer_record"),
             timer_elapsed_ms: symbol!("tritium_timer_elapsed_ms"),
             timer_free: symbol!("tritium_timer_free"),
+            ipc_open: symbol!("tritium_ipc_open"),
+            ipc_close: symbol!("tritium_ipc_close"),
+            ipc_handle_size: symbol!("tritium_ipc_handle_size"),
+            copy: symbol!("tritium_copy"),
         })
     }
 
@@ -208,5 +216,82 @@ impl Drop for Timer {
     fn drop(&mut self) {
         // SAFETY: `self.raw` came from `timer_new` and is freed exactly once, here.
         unsafe { (self.api.timer_free)(self.raw) }
+    }
+}
+
+/// A client's GPU allocation opened from its `cudaIpcMemHandle_t` (Triton's CUDA shared memory):
+/// `byte_size` bytes on `device`, read and written with synchronous copies.
+pub struct IpcMemory {
+    api: &'static Api,
+    ptr: *mut c_void,
+    device: usize,
+    byte_size: usize,
+}
+
+// SAFETY: the pointer is a device address, never dereferenced on the host; the CUDA runtime's
+// copies and close may be called from any thread, and every copy is bounds-checked below.
+unsafe impl Send for IpcMemory {}
+// SAFETY: as above; shared use only issues copies, which the CUDA runtime serializes as needed.
+unsafe impl Sync for IpcMemory {}
+
+impl IpcMemory {
+    pub(super) fn open(api: &'static Api, handle: &[u8], device: usize, byte_size: usize) -> Result<Self, CudaError> {
+        // SAFETY: a plain function returning sizeof(cudaIpcMemHandle_t).
+        let want = unsafe { (api.ipc_handle_size)() } as usize;
+        if handle.len() != want {
+            return Err(CudaError(format!("a CUDA IPC handle has {want} bytes, this one has {}", handle.len())));
+        }
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `handle` holds exactly sizeof(cudaIpcMemHandle_t) bytes, which the shim copies;
+        // `ptr` outlives the call.
+        call(
+            |err, len| unsafe { (api.ipc_open)(handle.as_ptr().cast(), device as c_int, &mut ptr, err, len) },
+            "opening the CUDA IPC handle",
+        )?;
+        Ok(IpcMemory { api, ptr, device, byte_size })
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), CudaError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.byte_size => Ok(()),
+            _ => Err(CudaError(format!(
+                "{len} bytes at offset {offset} do not fit in the {} bytes registered",
+                self.byte_size
+            ))),
+        }
+    }
+
+    /// Copies `out.len()` bytes from `offset` of the device memory.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
+        self.check(offset, out.len())?;
+        // SAFETY: `[offset, offset + out.len())` lies inside the opened allocation (checked above)
+        // and `out` is a host buffer of exactly that length.
+        let src = unsafe { self.ptr.cast::<u8>().add(offset) };
+        call(
+            |err, len| unsafe {
+                (self.api.copy)(out.as_mut_ptr().cast(), src.cast(), out.len(), 0, self.device as c_int, err, len)
+            },
+            "copying from CUDA shared memory",
+        )
+    }
+
+    /// Copies `data` to `offset` of the device memory.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), CudaError> {
+        self.check(offset, data.len())?;
+        // SAFETY: as in `read`, with `data` the host source.
+        let dst = unsafe { self.ptr.cast::<u8>().add(offset) };
+        call(
+            |err, len| unsafe {
+                (self.api.copy)(dst.cast(), data.as_ptr().cast(), data.len(), 1, self.device as c_int, err, len)
+            },
+            "copying to CUDA shared memory",
+        )
+    }
+}
+
+impl Drop for IpcMemory {
+    fn drop(&mut self) {
+        // SAFETY: `self.ptr` came from cudaIpcOpenMemHandle and is closed exactly once, here.
+        let _ = call(|err, len| unsafe { (self.api.ipc_close)(self.ptr, err, len) }, "closing a CUDA IPC handle");
     }
 }

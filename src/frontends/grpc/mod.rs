@@ -368,27 +368,36 @@ impl GrpcInferenceService for GrpcService {
         &self,
         request: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> Result<Response<pb::CudaSharedMemoryStatusResponse>, Status> {
-        let name = request.into_inner().name;
-        if !name.is_empty() {
-            return Err(status(Error::not_found(format!("Unable to find cuda shared memory region: '{name}'"))));
-        }
-        // No region can be registered without CUDA, so there is none to list.
-        Ok(Response::new(pb::CudaSharedMemoryStatusResponse { regions: HashMap::new() }))
+        let regions = shm::cuda()
+            .status(&request.into_inner().name)
+            .or_status()?
+            .into_iter()
+            .map(|s| {
+                let status = pb::cuda_shared_memory_status_response::RegionStatus {
+                    name: s.name.clone(),
+                    device_id: s.device_id,
+                    byte_size: s.byte_size,
+                };
+                (s.name, status)
+            })
+            .collect();
+        Ok(Response::new(pb::CudaSharedMemoryStatusResponse { regions }))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+        request: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> Result<Response<pb::CudaSharedMemoryRegisterResponse>, Status> {
-        Err(status(Error::unsupported("CUDA shared memory is not available: this server runs without a GPU")))
+        let r = request.into_inner();
+        shm::cuda().register(&r.name, &r.raw_handle, r.device_id as u64, r.byte_size).or_status()?;
+        Ok(Response::new(pb::CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+        request: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> Result<Response<pb::CudaSharedMemoryUnregisterResponse>, Status> {
-        // Nothing is ever registered without a GPU: unregistering all or any name succeeds, as
-        // Triton answers on such a machine.
+        shm::cuda().unregister(&request.into_inner().name);
         Ok(Response::new(pb::CudaSharedMemoryUnregisterResponse {}))
     }
 

@@ -138,7 +138,7 @@ fn decode_input(
                 input.name
             )));
         }
-        shm::system().read(&target.region, target.offset, target.byte_size)?
+        shm::read(&target.region, target.offset, target.byte_size)?
     } else if uses_raw {
         if contents.is_some() {
             return Err(Error::invalid(format!(
@@ -199,7 +199,7 @@ pub fn decode(req: ModelInferRequest) -> Result<Decoded> {
             }
         };
         if let Some(target) = shm_target(&output.parameters, &output.name)? {
-            shm::system().check_output(&target.region, target.offset, target.byte_size)?;
+            shm::check_output(&target.region, target.offset, target.byte_size)?;
             shm_outputs.insert(output.name.clone(), target);
         }
         request.outputs.push(RequestedOutput { name: output.name, class_count });
@@ -231,7 +231,7 @@ pub fn encode(
     for t in tensors {
         let mut params = HashMap::new();
         if let Some(target) = shm_outputs.get(&t.name) {
-            shm::system().write(&target.region, target.offset, target.byte_size, &t.data, &t.name)?;
+            shm::write(&target.region, target.offset, target.byte_size, &t.data, &t.name)?;
             params.insert("shared_memory_region".into(), infer_parameter(&ParamValue::Str(target.region.clone())));
             params.insert("shared_memory_byte_size".into(), infer_parameter(&ParamValue::UInt(t.data.len() as u64)));
             if target.offset != 0 {

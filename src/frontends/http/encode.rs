@@ -82,7 +82,7 @@ pub fn encode_response(
     let mut json_outputs = Vec::with_capacity(outputs.len());
     for t in &outputs {
         let (parameters, data) = if let Some(place) = plan.shm.get(&t.name) {
-            crate::shm::system().write(&place.region, place.offset, place.byte_size, &t.data, &t.name)?;
+            crate::shm::write(&place.region, place.offset, place.byte_size, &t.data, &t.name)?;
             let params = OutputParams::SharedMemory {
                 shared_memory_region: place.region.clone(),
                 shared_memory_byte_size: t.data.len(),

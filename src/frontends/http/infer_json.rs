@@ -190,7 +190,7 @@ fn decode_input(input: &Map<String, Value>, model: &str, cursor: &mut BinaryCurs
 
     if let Some(place) = placement(params, name)? {
         // A view of the mapping: the engine reads the region without a copy.
-        let data = shm::system().read(&place.region, place.offset, place.byte_size)?;
+        let data = shm::read(&place.region, place.offset, place.byte_size)?;
         return Ok(Tensor::new(name, datatype, shape, data));
     }
     let data = match params.and_then(|p| p.get("binary_data_size")) {
@@ -231,7 +231,7 @@ fn decode_output(output: &Map<String, Value>) -> Result<(RequestedOutput, bool, 
     if let Some(params) = output.get("parameters") {
         let params = as_object(params, "the 'parameters' of an output")?;
         if let Some(p) = placement(Some(params), &name)? {
-            shm::system().check_output(&p.region, p.offset, p.byte_size)?;
+            shm::check_output(&p.region, p.offset, p.byte_size)?;
             place = Some(p);
         }
         if let Some(b) = params.get("binary_data") {

@@ -99,10 +99,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         )
         .service(
             web::resource("/v2/cudasharedmemory/region/{name}/register")
-                .post(shm::cuda_unavailable)
+                .post(shm::cuda_register)
                 .to(method_not_allowed),
         )
-        .service(web::resource("/v2/cudasharedmemory/unregister").post(shm::cuda_unregister).to(method_not_allowed))
+        .service(web::resource("/v2/cudasharedmemory/unregister").post(shm::cuda_unregister_all).to(method_not_allowed))
         .service(
             web::resource("/v2/cudasharedmemory/region/{name}/unregister")
                 .post(shm::cuda_unregister)

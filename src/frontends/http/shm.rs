@@ -1,7 +1,7 @@
-//! The shared-memory extensions over HTTP: `/v2/systemsharedmemory/...` (register, status,
-//! unregister; the same registry gRPC uses) and `/v2/cudasharedmemory/...`: as Triton answers
-//! on a machine without a GPU, status lists nothing and unregistering (all, or any name)
-//! succeeds, since nothing can be registered; registering is a clear error.
+//! The shared-memory extensions over HTTP: `/v2/systemsharedmemory/...` and
+//! `/v2/cudasharedmemory/...` (register, status, unregister; the same registries gRPC uses).
+//! Without CUDA, registering a CUDA region is a clear error, status lists nothing and
+//! unregistering (all, or any name) succeeds, as Triton answers on a machine without a GPU.
 
 use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
@@ -58,19 +58,51 @@ pub async fn system_unregister(name: web::Path<String>) -> HttpResult<HttpRespon
     Ok(ok_empty())
 }
 
+fn cuda_status_json(name: &str) -> HttpResult<HttpResponse> {
+    let regions: Vec<Value> = shm::cuda()
+        .status(name)?
+        .into_iter()
+        .map(|r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}))
+        .collect();
+    Ok(json_ok(&Value::Array(regions)))
+}
+
 pub async fn cuda_status_all() -> HttpResult<HttpResponse> {
-    Ok(json_ok(&json!([])))
+    cuda_status_json("")
 }
 
 pub async fn cuda_status(name: web::Path<String>) -> HttpResult<HttpResponse> {
-    Err(Error::not_found(format!("Unable to find cuda shared memory region: '{name}'")).into())
+    cuda_status_json(&name)
 }
 
-/// Nothing is ever registered without a GPU, so there is nothing to remove: success, as Triton.
-pub async fn cuda_unregister() -> HttpResult<HttpResponse> {
+/// `{"raw_handle": {"b64": <cudaIpcMemHandle_t, base64>}, "device_id": n, "byte_size": n}`.
+pub async fn cuda_register(name: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+    use base64::Engine as _;
+    let request = json_body(&body)?;
+    let b64 = request
+        .get("raw_handle")
+        .and_then(|h| h.get("b64"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::invalid("Unable to parse 'raw_handle': expected an object with a 'b64' string"))?;
+    let handle = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| Error::invalid(format!("Unable to parse 'raw_handle': invalid base64: {e}")))?;
+    let uint = |field: &str| -> tritium_actors::Result<u64> {
+        request
+            .get(field)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Error::invalid(format!("Unable to parse '{field}': expected an unsigned integer")))
+    };
+    shm::cuda().register(&name, &handle, uint("device_id")?, uint("byte_size")?)?;
     Ok(ok_empty())
 }
 
-pub async fn cuda_unavailable() -> HttpResult<HttpResponse> {
-    Err(Error::unsupported("CUDA shared memory is not available: this server runs without a GPU").into())
+pub async fn cuda_unregister_all() -> HttpResult<HttpResponse> {
+    shm::cuda().unregister("");
+    Ok(ok_empty())
+}
+
+pub async fn cuda_unregister(name: web::Path<String>) -> HttpResult<HttpResponse> {
+    shm::cuda().unregister(&name);
+    Ok(ok_empty())
 }
