@@ -152,7 +152,8 @@ def post(path, body):
     req = urllib.request.Request(f"http://127.0.0.1:{HTTP}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
+        data = r.read()
+        return json.loads(data) if data.strip() else {}
 
 
 def start_server(repo, out):
@@ -209,6 +210,79 @@ def checks(ref):
             R["checks"][f"{model} {proto} equals in-process"] = compare(got, want)
     a, b = http_infer("enc", ids, mask), http_infer("enc_eager", ids, mask)
     R["checks"]["graphs on vs off (enc vs enc_eager, http)"] = compare(a, b)
+
+
+def cuda_shm(ref):
+    """A CUDA shared-memory round trip as tritonclient.utils.cuda_shared_memory makes one: GPU
+    memory allocated here with the CUDA runtime, its IPC handle registered over HTTP, inputs read
+    from it and outputs written to it by the server, over HTTP and gRPC."""
+    import base64
+    import ctypes
+    rt = ctypes.CDLL("libcudart.so.13")
+
+    def ok(rc, what):
+        if rc != 0:
+            raise RuntimeError(f"{what}: CUDA error {rc}")
+
+    ids, mask, want = ref
+    host = np.concatenate([ids.ravel(), mask.ravel()]).astype("<i8")
+    n_in, n_out = host.nbytes, want.astype(np.float32).nbytes
+    p_in, p_out = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(rt.cudaMalloc(ctypes.byref(p_in), ctypes.c_size_t(n_in)), "cudaMalloc")
+    ok(rt.cudaMalloc(ctypes.byref(p_out), ctypes.c_size_t(n_out)), "cudaMalloc")
+    ok(rt.cudaMemcpy(p_in, host.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(n_in), 1), "cudaMemcpy")
+
+    def handle(ptr):
+        h = (ctypes.c_char * 64)()
+        ok(rt.cudaIpcGetMemHandle(ctypes.byref(h), ptr), "cudaIpcGetMemHandle")
+        return base64.b64encode(bytes(h)).decode()
+
+    for name, ptr, size in (("in", p_in, n_in), ("out", p_out, n_out)):
+        post(f"/v2/cudasharedmemory/region/{name}/register",
+             {"raw_handle": {"b64": handle(ptr)}, "device_id": 0, "byte_size": size})
+    status = json.loads(get("/v2/cudasharedmemory/status"))
+    half = ids.nbytes
+
+    def read_out():
+        out = np.zeros(want.shape, dtype=np.float32)
+        ok(rt.cudaMemcpy(out.ctypes.data_as(ctypes.c_void_p), p_out, ctypes.c_size_t(n_out), 2), "cudaMemcpy")
+        ok(rt.cudaMemset(p_out, 0, ctypes.c_size_t(n_out)), "cudaMemset")
+        return out
+
+    shm = lambda region, offset, size: {"shared_memory_region": region, "shared_memory_offset": offset,  # noqa: E731
+                                        "shared_memory_byte_size": size}
+    body = {"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": list(ids.shape), "parameters": shm("in", 0, half)},
+                       {"name": "attention_mask", "datatype": "INT64", "shape": list(mask.shape),
+                        "parameters": shm("in", half, half)}],
+            "outputs": [{"name": "embedding", "parameters": shm("out", 0, n_out)}]}
+    ok(rt.cudaMemset(p_out, 0, ctypes.c_size_t(n_out)), "cudaMemset")
+    post("/v2/models/enc/infer", body)
+    R["checks"]["CUDA shared memory round trip (http)"] = compare(read_out(), want)
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pbg
+    stub = pbg.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{GRPC}"))
+    req = pb.ModelInferRequest(model_name="enc")
+    for name, arr, offset in (("input_ids", ids, 0), ("attention_mask", mask, half)):
+        t = req.inputs.add()
+        t.name, t.datatype = name, "INT64"
+        t.shape.extend(arr.shape)
+        t.parameters["shared_memory_region"].string_param = "in"
+        t.parameters["shared_memory_offset"].int64_param = offset
+        t.parameters["shared_memory_byte_size"].int64_param = half
+    o = req.outputs.add()
+    o.name = "embedding"
+    o.parameters["shared_memory_region"].string_param = "out"
+    o.parameters["shared_memory_byte_size"].int64_param = n_out
+    stub.ModelInfer(req, timeout=60)
+    check = compare(read_out(), want)
+    check["status_listed"] = sorted(r["name"] for r in status)
+    check["ok"] = check["ok"] and check["status_listed"] == ["in", "out"]
+    R["checks"]["CUDA shared memory round trip (grpc)"] = check
+    post("/v2/cudasharedmemory/unregister", {})
+    rt.cudaFree(p_in)
+    rt.cudaFree(p_out)
 
 
 def stats(model):
@@ -360,6 +434,7 @@ def main():
             log(f"server up at {time.time() - T0:.0f} s")
             if server:
                 step("checks", checks, ref)
+                step("cuda shared memory", cuda_shm, ref)
                 step("figures", figures, out, model_pt, data_file)
                 server.terminate()
                 server.wait(timeout=30)

@@ -119,6 +119,16 @@ fn load(explicit: Option<&Path>) -> Result<Runtime, CudaError> {
     let library = unsafe { libloading::os::unix::Library::open(Some(&libtorch_cuda), flags) }
         .map_err(|e| CudaError(format!("cannot load {}: {e}", libtorch_cuda.display())))?;
     std::mem::forget(library);
+    // libc10_cuda (a dependency of libtorch_cuda) holds c10's CUDA stream functions that the shim
+    // calls: make its symbols global too, whether or not the loader did with its dependent.
+    let c10_cuda = libtorch_cuda.with_file_name("libc10_cuda.so");
+    if c10_cuda.is_file() {
+        // SAFETY: the library is already loaded as libtorch_cuda's dependency; this only adds it
+        // to the global scope, and it is never unloaded.
+        let library = unsafe { libloading::os::unix::Library::open(Some(&c10_cuda), flags) }
+            .map_err(|e| CudaError(format!("cannot load {}: {e}", c10_cuda.display())))?;
+        std::mem::forget(library);
+    }
     let shim = load_shim()?;
     let api = shim::Api::resolve(&shim)?;
     std::mem::forget(shim);
