@@ -45,7 +45,13 @@ def log(msg):
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
+BUDGET_S = float(os.environ.get("GPU_BENCH_BUDGET_S", "290"))
+
+
 def step(name, fn, *args):
+    if time.time() - T0 > BUDGET_S:
+        R["errors"].append(f"{name}: skipped, the run's {BUDGET_S:.0f} s budget is spent")
+        return None
     log(f"step {name}")
     try:
         return fn(*args)
@@ -161,7 +167,7 @@ def start_server(repo, out):
     proc = subprocess.Popen([os.path.join(CARRY, "bin", "tritium"), "--model-repository", repo,
                              "--http-port", str(HTTP), "--grpc-port", str(GRPC), "--metrics-port", str(METRICS)],
                             stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.time() + 180
+    deadline = time.time() + 120
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited {proc.returncode} (see server.log)")
@@ -170,7 +176,7 @@ def start_server(repo, out):
             return proc
         except Exception:
             time.sleep(0.5)
-    raise RuntimeError("server not ready in 180 s")
+    raise RuntimeError("server not ready in 120 s")
 
 
 def http_infer(model, ids, mask):
@@ -310,7 +316,7 @@ def pa(model, concurrency, out, data_file, interval_ms=3000):
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(CARRY, "pa", "lib") + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
     before = stats(model)
     t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90, env=env)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, env=env)
     wall = time.time() - t0
     with open(os.path.join(out, "perf_analyzer.log"), "a") as f:
         f.write("$ " + " ".join(cmd) + "\n" + p.stdout.decode(errors="replace") + f"\n[rc {p.returncode}]\n\n")
