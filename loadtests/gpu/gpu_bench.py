@@ -309,14 +309,14 @@ def busy(model):
 def pa(model, concurrency, out, data_file, interval_ms=3000):
     csv_path = os.path.join(out, f"pa_{model}_c{concurrency}.csv")
     cmd = [os.path.join(CARRY, "pa", "perf_analyzer"), "-m", model, "-u", f"127.0.0.1:{GRPC}", "-i", "grpc",
-           "-b", "1", "--concurrency-range", str(concurrency), "-p", str(interval_ms), "-s", "25",
-           "--max-trials", "6", "-f", csv_path]
+           "-b", "1", "--concurrency-range", str(concurrency), "-p", str(interval_ms), "-s", "100",
+           "--max-trials", "4", "-f", csv_path]
     if data_file:
         cmd += ["--input-data", data_file]
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(CARRY, "pa", "lib") + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
     before = stats(model)
     t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, env=env)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=45, env=env)
     wall = time.time() - t0
     with open(os.path.join(out, "perf_analyzer.log"), "a") as f:
         f.write("$ " + " ".join(cmd) + "\n" + p.stdout.decode(errors="replace") + f"\n[rc {p.returncode}]\n\n")
@@ -333,9 +333,10 @@ def pa(model, concurrency, out, data_file, interval_ms=3000):
 
 
 def ceiling(model_pt, batches, graphs, seconds=4):
+    # With graphs, every batch size up to 64 is captured first, as the server does at load.
     cmd = [os.path.join(CARRY, "bin", "torch_ceiling"), "--model", model_pt, "--dims", str(SEQ), "--inputs", "2",
            "--kind", "i64", "--device", "cuda", "--batch", ",".join(map(str, batches)), "--seconds", str(seconds),
-           "--repeats", "1"] + (["--graphs"] if graphs else [])
+           "--repeats", "1"] + (["--graphs", "--capture-upto", str(MAX_BATCH)] if graphs else [])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     if p.returncode != 0:
         raise RuntimeError(f"torch_ceiling exited {p.returncode}: {p.stderr.decode()[-500:]}")

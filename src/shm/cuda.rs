@@ -82,9 +82,9 @@ impl CudaRegistry {
         if byte_size == 0 {
             return Err(Error::invalid(format!("failed to register CUDA shared memory region '{name}': invalid args")));
         }
-        let memory = runtime.open_ipc(raw_handle, device_id as usize, byte_size as usize).map_err(|e| {
-            Error::invalid(format!("failed to register CUDA shared memory region '{name}': {e}"))
-        })?;
+        let memory = runtime
+            .open_ipc(raw_handle, device_id as usize, byte_size as usize)
+            .map_err(|e| Error::invalid(format!("failed to register CUDA shared memory region '{name}': {e}")))?;
         let region = Arc::new(CudaRegion { name: name.into(), device_id, byte_size, memory });
         let mut regions = self.regions.write();
         if regions.contains_key(name) {

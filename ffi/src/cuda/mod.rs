@@ -5,8 +5,8 @@
 //! beside the `libtorch_cpu.so` the process runs with (or the file a flag names) with
 //! `RTLD_GLOBAL`, which registers libtorch's CUDA hooks, so tch's `Device::Cuda` works; then it
 //! loads the shim (`cuda/shim.cpp`, built into this crate) for what tch lacks: pool streams,
-//! CUDA graphs, event timing, and CUDA IPC memory for Triton's CUDA shared memory. It runs once per process; when anything is missing, CUDA stays
-//! off with a reason that a KIND_GPU model's load error repeats.
+//! CUDA graphs, event timing, and CUDA IPC memory for Triton's CUDA shared memory. It runs once per process;
+//! when anything is missing, CUDA stays off with a reason that a KIND_GPU model's load error repeats.
 
 mod shim;
 
@@ -77,7 +77,10 @@ impl Runtime {
     /// Opens a client's CUDA IPC handle of `byte_size` bytes on `device`.
     pub fn open_ipc(&'static self, handle: &[u8], device: usize, byte_size: usize) -> Result<IpcMemory, CudaError> {
         if device >= self.devices {
-            return Err(CudaError(format!("GPU {device} does not exist: libtorch sees {} CUDA device(s)", self.devices)));
+            return Err(CudaError(format!(
+                "GPU {device} does not exist: libtorch sees {} CUDA device(s)",
+                self.devices
+            )));
         }
         IpcMemory::open(&self.api, handle, device, byte_size)
     }

@@ -121,30 +121,42 @@ impl GraphPlan {
     }
 }
 
-/// One captured graph: its static inputs (argument order) and the value `forward` returned
-/// while it was captured, whose tensors each replay rewrites.
+/// One captured graph: its static inputs (argument order) with a pinned host buffer each, and
+/// the tensors `forward` returned while it was captured, which each replay rewrites, with a
+/// pinned host buffer each. Host data moves through the pinned buffers asynchronously on the
+/// instance's stream, and the stream is synchronized once per execution.
 struct Captured {
     graph: Graph,
-    inputs: Vec<tch::Tensor>,
+    inputs: Vec<(tch::Tensor, tch::Tensor)>,
     output: Output,
 }
 
-/// The tensors of a value `forward` returned, kept in its shape (an `IValue` may hold script
-/// objects, which cannot move between threads; a graph's outputs are tensors only).
+/// The tensors of a value `forward` returned (device tensor, pinned host copy), kept in its
+/// shape (an `IValue` may hold script objects, which cannot move between threads; a graph's
+/// outputs are tensors only).
 enum Output {
-    Tensor(tch::Tensor),
+    Tensor(tch::Tensor, tch::Tensor),
     Tuple(Vec<Output>),
     List(Vec<Output>),
 }
 
+fn pinned_like(t: &tch::Tensor, device: Device) -> Result<tch::Tensor> {
+    tch::Tensor::zeros(t.size().as_slice(), (t.kind(), Device::Cpu))
+        .f_pin_memory(device)
+        .map_err(|e| Error::internal(format!("allocating pinned host memory: {e}")))
+}
+
 impl Output {
-    fn keep(value: IValue) -> Result<Output> {
-        let all = |items: Vec<IValue>| items.into_iter().map(Output::keep).collect::<Result<Vec<_>>>();
+    fn keep(value: IValue, device: Device) -> Result<Output> {
+        let all = |items: Vec<IValue>| items.into_iter().map(|v| Output::keep(v, device)).collect::<Result<Vec<_>>>();
         Ok(match value {
-            IValue::Tensor(t) => Output::Tensor(t),
+            IValue::Tensor(t) => {
+                let host = pinned_like(&t, device)?;
+                Output::Tensor(t, host)
+            }
             IValue::Tuple(items) => Output::Tuple(all(items)?),
             IValue::GenericList(items) => Output::List(all(items)?),
-            IValue::TensorList(items) => Output::List(items.into_iter().map(Output::Tensor).collect()),
+            IValue::TensorList(items) => Output::List(all(items.into_iter().map(IValue::Tensor).collect())?),
             _ => {
                 return Err(Error::invalid(
                     "a model run with CUDA graphs must return tensors (or tuples or lists of them)",
@@ -153,10 +165,21 @@ impl Output {
         })
     }
 
-    /// A new value sharing these tensors: each replay rewrites them, the caller reads them.
+    /// Queues the copy of every output to its pinned host buffer on the current stream.
+    fn download(&self) -> Result<()> {
+        match self {
+            Output::Tensor(device, host) => device
+                .f_internal_copy_from(host, true)
+                .map(|_| ())
+                .map_err(|e| Error::internal(format!("copying a CUDA graph's output to the host: {e}"))),
+            Output::Tuple(items) | Output::List(items) => items.iter().try_for_each(Output::download),
+        }
+    }
+
+    /// A value sharing the host buffers (read before the next execution rewrites them).
     fn share(&self) -> IValue {
         match self {
-            Output::Tensor(t) => IValue::Tensor(t.shallow_clone()),
+            Output::Tensor(_, host) => IValue::Tensor(host.shallow_clone()),
             Output::Tuple(items) => IValue::Tuple(items.iter().map(Output::share).collect()),
             Output::List(items) => IValue::GenericList(items.iter().map(Output::share).collect()),
         }
@@ -207,7 +230,8 @@ impl GpuContext {
             let (graph, output) = runtime
                 .capture(|| run(&arguments()))
                 .map_err(|e| Error::internal(format!("capturing a CUDA graph for input shapes {shapes:?}: {e}")))?;
-            graphs.insert(shapes.clone(), Captured { graph, inputs, output: Output::keep(output)? });
+            let inputs = inputs.into_iter().map(|t| Ok((pinned_like(&t, device)?, t))).collect::<Result<Vec<_>>>()?;
+            graphs.insert(shapes.clone(), Captured { graph, inputs, output: Output::keep(output, device)? });
         }
         stream.synchronize().map_err(cuda)?;
         let busy = metrics::counter!("tritium_instance_gpu_busy_us_total", &labels);
@@ -220,8 +244,9 @@ impl GpuContext {
 
     /// Runs one execution on the instance's stream: the inputs are CPU tensors in argument order;
     /// a captured graph replays when their shapes match one, else `eager` runs `forward` on the
-    /// inputs moved to the GPU. Returns forward's value, still on the GPU, and adds the stream's
-    /// busy time to the instance's figure once the caller has read the outputs (`finish`).
+    /// inputs moved to the GPU. Returns forward's value: for a graph already in its pinned host
+    /// buffers (the stream synchronized; read it before the next execution), else still on the
+    /// GPU. `finish` adds the stream's busy time to the instance's figure.
     pub fn execute(&mut self, inputs: Vec<IValue>, eager: impl FnOnce(&[IValue]) -> Result<IValue>) -> Result<IValue> {
         let cuda = |e: tritium_ffi::cuda::CudaError| Error::internal(e.to_string());
         // The instance thread is the one that made the stream current at load, but libtorch keeps
@@ -232,15 +257,19 @@ impl GpuContext {
             inputs.iter().map(|v| if let IValue::Tensor(t) = v { Some(t.size()) } else { None }).collect();
         let result = match shapes.as_ref().and_then(|s| self.graphs.get(s)) {
             Some(captured) => {
-                for (target, value) in captured.inputs.iter().zip(&inputs) {
+                for ((staged, target), value) in captured.inputs.iter().zip(&inputs) {
                     let IValue::Tensor(source) = value else { unreachable!("shapes exist only for tensors") };
-                    let mut target = target.shallow_clone();
-                    target
+                    let copied = staged
+                        .shallow_clone()
                         .f_copy_(source)
-                        .map_err(|e| Error::internal(format!("copying an input into a CUDA graph: {e}")))?;
+                        .and_then(|_| staged.f_internal_copy_from(target, true).map(drop));
+                    copied.map_err(|e| Error::internal(format!("copying an input into a CUDA graph: {e}")))?;
                 }
                 captured.graph.replay().map_err(cuda)?;
-                captured.output.share()
+                captured.output.download()?;
+                self.timer.record(&self.stream, true).map_err(cuda)?;
+                self.stream.synchronize().map_err(cuda)?;
+                return Ok(captured.output.share());
             }
             None => {
                 let moved: Vec<IValue> = inputs

@@ -11,8 +11,11 @@
 //! attention mask for an encoder). `--device cuda` runs on GPU 0 the way a KIND_GPU instance does:
 //! CUDA enabled through the `libtorch_cuda.so` beside the libtorch in use, a stream from
 //! libtorch's pool made current, inputs moved to the GPU per run; `--graphs` captures one CUDA
-//! graph per batch size first and replays it (inputs copied into its static inputs), as the
-//! backend does with `optimization { cuda { graphs: true } }`.
+//! graph per batch size first and replays it, as the backend does with `optimization { cuda {
+//! graphs: true } }`: inputs copied through pinned host buffers into the graph's static inputs,
+//! outputs back through pinned buffers, one stream synchronization per run. `--capture-upto N`
+//! captures every batch size 1..=N first, in that order, as the backend does at load (libtorch's
+//! profiling executor then has seen as many shapes as the server's has).
 //!
 //! Prints one JSON object per (repeat, batch) on stdout, as `ceiling` does:
 //! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}.
@@ -33,6 +36,7 @@ struct Args {
     kind: Kind,
     cuda: bool,
     graphs: bool,
+    capture_upto: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -48,6 +52,7 @@ fn parse() -> Result<Args, String> {
         kind: Kind::Float,
         cuda: false,
         graphs: false,
+        capture_upto: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -55,7 +60,8 @@ fn parse() -> Result<Args, String> {
             "--help" | "-h" => {
                 println!(
                     "torch_ceiling --model FILE.pt --dims 256 [--batch 1,8,32,64] [--seconds 3] [--repeats 3] \
-                     [--intra-threads N] [--inputs 1] [--kind f32|i64] [--device cpu|cuda] [--graphs]"
+                     [--intra-threads N] [--inputs 1] [--kind f32|i64] [--device cpu|cuda] [--graphs \
+                     [--capture-upto N]]"
                 );
                 std::process::exit(0);
             }
@@ -75,6 +81,7 @@ fn parse() -> Result<Args, String> {
             "--repeats" => a.repeats = num(&value)?,
             "--intra-threads" => a.intra = Some(num(&value)? as i32),
             "--inputs" => a.inputs = num(&value)?.max(1),
+            "--capture-upto" => a.capture_upto = num(&value)?,
             "--kind" => {
                 a.kind = match value.as_str() {
                     "f32" => Kind::Float,
@@ -138,6 +145,13 @@ fn read_out(value: IValue) -> BenchResult<usize> {
     Ok(total)
 }
 
+/// One captured graph: (pinned host, static device) per input, (device, pinned host) per output.
+struct Captured {
+    graph: tritium_ffi::cuda::Graph,
+    inputs: Vec<(Tensor, Tensor)>,
+    outputs: Vec<(Tensor, Tensor)>,
+}
+
 fn run(args: &Args) -> BenchResult<()> {
     if let Some(n) = args.intra {
         tch::set_num_threads(n);
@@ -162,6 +176,38 @@ fn run(args: &Args) -> BenchResult<()> {
         if args.graphs { " with CUDA graphs" } else { "" },
         tch::get_num_threads()
     );
+    let mut graphs = std::collections::HashMap::new();
+    if args.graphs {
+        let runtime = runtime.expect("cuda");
+        let mut sizes: Vec<usize> = (1..=args.capture_upto).collect();
+        sizes.extend(args.batches.iter().filter(|b| **b > args.capture_upto));
+        for batch in sizes {
+            let mut shape = vec![batch as i64];
+            shape.extend(&args.dims);
+            let statics: Vec<Tensor> =
+                (0..args.inputs).map(|_| Tensor::zeros(shape.as_slice(), (args.kind, device))).collect();
+            let call = || forward(&statics.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect::<Vec<_>>());
+            for _ in 0..3 {
+                call()?;
+            }
+            stream.as_ref().expect("cuda").synchronize()?;
+            let (graph, output) = runtime.capture(call)?;
+            let outputs: Vec<Tensor> = match output {
+                IValue::Tensor(t) => vec![t],
+                IValue::Tuple(items) => {
+                    items.into_iter().filter_map(|v| if let IValue::Tensor(t) = v { Some(t) } else { None }).collect()
+                }
+                _ => return Err("forward returned no tensor".into()),
+            };
+            let pinned = |t: &Tensor| Tensor::zeros(t.size().as_slice(), (t.kind(), Device::Cpu)).f_pin_memory(device);
+            let inputs =
+                statics.into_iter().map(|t| Ok((pinned(&t)?, t))).collect::<Result<Vec<_>, tch::TchError>>()?;
+            let outputs =
+                outputs.into_iter().map(|t| Ok((pinned(&t)?, t))).collect::<Result<Vec<_>, tch::TchError>>()?;
+            let outputs = outputs.into_iter().map(|(p, t)| (t, p)).collect();
+            graphs.insert(batch, Captured { graph, inputs, outputs });
+        }
+    }
     for repeat in 1..=args.repeats {
         for &batch in &args.batches {
             let data = input_bytes(args, batch);
@@ -171,29 +217,25 @@ fn run(args: &Args) -> BenchResult<()> {
                 (0..args.inputs).map(|_| Ok(Tensor::f_from_data_size(&data, &shape, args.kind)?)).collect()
             };
             if args.graphs {
-                let (runtime, stream) = (runtime.expect("cuda"), stream.as_ref().expect("cuda"));
-                let statics: Vec<Tensor> =
-                    (0..args.inputs).map(|_| Tensor::zeros(shape.as_slice(), (args.kind, device))).collect();
-                let call = || forward(&statics.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect::<Vec<_>>());
-                for _ in 0..3 {
-                    call()?;
-                }
-                stream.synchronize()?;
-                let (graph, output) = runtime.capture(call)?;
-                let outputs: Vec<Tensor> = match output {
-                    IValue::Tensor(t) => vec![t],
-                    IValue::Tuple(items) => items
-                        .into_iter()
-                        .filter_map(|v| if let IValue::Tensor(t) = v { Some(t) } else { None })
-                        .collect(),
-                    _ => return Err("forward returned no tensor".into()),
-                };
+                let captured = graphs.get(&batch).ok_or("no graph for this batch size")?;
                 let once = || -> BenchResult<usize> {
-                    for (target, source) in statics.iter().zip(host()?) {
-                        target.shallow_clone().f_copy_(&source)?;
+                    for ((staged, target), source) in captured.inputs.iter().zip(host()?) {
+                        staged.shallow_clone().f_copy_(&source)?;
+                        let _ = staged.f_internal_copy_from(target, true)?;
                     }
-                    graph.replay()?;
-                    read_out(IValue::Tuple(outputs.iter().map(|t| IValue::Tensor(t.shallow_clone())).collect()))
+                    captured.graph.replay()?;
+                    for (device, pinned) in &captured.outputs {
+                        let _ = device.f_internal_copy_from(pinned, true)?;
+                    }
+                    stream.as_ref().expect("cuda").synchronize()?;
+                    let mut total = 0;
+                    for (_, pinned) in &captured.outputs {
+                        let numel = pinned.numel();
+                        let mut bytes = vec![0u8; numel * pinned.kind().elt_size_in_bytes()];
+                        pinned.f_copy_data_u8(&mut bytes, numel)?;
+                        total += bytes.len();
+                    }
+                    Ok(total)
                 };
                 measure(repeat, batch, args.seconds, once)?;
             } else {
