@@ -359,6 +359,10 @@ def figures(out, model_pt, data_file):
         "busy_s_per_instance": {k: v / 1e6 for k, v in deltas.items()}, "wall_s": wall,
         "sum_busy_over_wall": sum(deltas.values()) / 1e6 / wall if wall else 0,
         "ok": len(deltas) == 2 and sum(deltas.values()) / 1e6 > 1.05 * wall}
+    text = get("/metrics", port=METRICS).decode()
+    families = sorted({m.group(1) for m in re.finditer(r"^(nv_gpu_\w+|nv_energy_consumption)\{", text, re.M)})
+    R["checks"]["nv_gpu_* metrics read the GPU (NVML)"] = {
+        "families": families, "ok": "nv_gpu_utilization" in families and "nv_gpu_memory_used_bytes" in families}
     F["enc_c16"] = step("pa enc c16", pa, "enc", 16, out, data_file)
     F["enc_single_c16"] = step("pa enc_single c16", pa, "enc_single", 16, out, data_file)
 
