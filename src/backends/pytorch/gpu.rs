@@ -123,8 +123,8 @@ impl GraphPlan {
 
 /// One captured graph: its static inputs (argument order) with a pinned host buffer each, and
 /// the tensors `forward` returned while it was captured, which each replay rewrites, with a
-/// pinned host buffer each. Host data moves through the pinned buffers asynchronously on the
-/// instance's stream, and the stream is synchronized once per execution.
+/// pinned host buffer each: host data moves by DMA through the pinned buffers on the instance's
+/// stream (libtorch's `copy_`, which waits for the copy; tch has no non-blocking copy).
 struct Captured {
     graph: Graph,
     inputs: Vec<(tch::Tensor, tch::Tensor)>,
@@ -165,12 +165,12 @@ impl Output {
         })
     }
 
-    /// Queues the copy of every output to its pinned host buffer on the current stream.
+    /// Copies every output to its pinned host buffer (on the current stream, waiting for it).
     fn download(&self) -> Result<()> {
         match self {
-            Output::Tensor(device, host) => device
-                .f_internal_copy_from(host, true)
-                .map(|_| ())
+            Output::Tensor(device, host) => host
+                .shallow_clone()
+                .f_copy_(device)
                 .map_err(|e| Error::internal(format!("copying a CUDA graph's output to the host: {e}"))),
             Output::Tuple(items) | Output::List(items) => items.iter().try_for_each(Output::download),
         }
@@ -259,16 +259,14 @@ impl GpuContext {
             Some(captured) => {
                 for ((staged, target), value) in captured.inputs.iter().zip(&inputs) {
                     let IValue::Tensor(source) = value else { unreachable!("shapes exist only for tensors") };
-                    let copied = staged
-                        .shallow_clone()
-                        .f_copy_(source)
-                        .and_then(|_| staged.f_internal_copy_from(target, true).map(drop));
+                    // Host bytes into the pinned buffer, then a DMA from it into the graph's input.
+                    let copied =
+                        staged.shallow_clone().f_copy_(source).and_then(|_| target.shallow_clone().f_copy_(staged));
                     copied.map_err(|e| Error::internal(format!("copying an input into a CUDA graph: {e}")))?;
                 }
                 captured.graph.replay().map_err(cuda)?;
-                captured.output.download()?;
                 self.timer.record(&self.stream, true).map_err(cuda)?;
-                self.stream.synchronize().map_err(cuda)?;
+                captured.output.download()?;
                 return Ok(captured.output.share());
             }
             None => {

@@ -13,7 +13,7 @@
 //! libtorch's pool made current, inputs moved to the GPU per run; `--graphs` captures one CUDA
 //! graph per batch size first and replays it, as the backend does with `optimization { cuda {
 //! graphs: true } }`: inputs copied through pinned host buffers into the graph's static inputs,
-//! outputs back through pinned buffers, one stream synchronization per run. `--capture-upto N`
+//! outputs back through pinned buffers (libtorch's `copy_`, which waits for each copy). `--capture-upto N`
 //! captures every batch size 1..=N first, in that order, as the backend does at load (libtorch's
 //! profiling executor then has seen as many shapes as the server's has).
 //!
@@ -221,13 +221,12 @@ fn run(args: &Args) -> BenchResult<()> {
                 let once = || -> BenchResult<usize> {
                     for ((staged, target), source) in captured.inputs.iter().zip(host()?) {
                         staged.shallow_clone().f_copy_(&source)?;
-                        let _ = staged.f_internal_copy_from(target, true)?;
+                        target.shallow_clone().f_copy_(staged)?;
                     }
                     captured.graph.replay()?;
                     for (device, pinned) in &captured.outputs {
-                        let _ = device.f_internal_copy_from(pinned, true)?;
+                        pinned.shallow_clone().f_copy_(device)?;
                     }
-                    stream.as_ref().expect("cuda").synchronize()?;
                     let mut total = 0;
                     for (_, pinned) in &captured.outputs {
                         let numel = pinned.numel();
