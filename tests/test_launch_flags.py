@@ -15,6 +15,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from helpers import Server, free_ports, identity_config, tritium_bin, wait_until
 
@@ -100,7 +101,7 @@ def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
              "--min-supported-compute-capability=6.0", "--model-load-gpu-limit=0:0.5",
              "--cuda-virtual-address-size=0:1073741824", "--response-cache-byte-size=0",
              "--grpc-http2-max-pings-without-data=0", "--grpc-http2-min-recv-ping-interval-without-data=1000",
-             "--cache-directory=/x", "--host-policy=cpu,numa-node=0", "--model-namespacing=true",
+             "--cache-directory=/x", "--host-policy=cpu,numa-node=0",
              "--grpc-max-connection-age-grace=100"]
     srv = start_server(repo_copy(["identity"]), args=flags)
     log = srv.log_tail(200_000)
@@ -359,3 +360,123 @@ def test_host_policy_pins_instance_threads(start_server, tmp_path):
     assert by_model["other"] == [second], "a group's host_policy names its own"
     plain = start_server(repo)
     assert all(c != first for _, c in _instance_threads(plain.proc.pid)), "no policy: no pinning"
+
+
+def _namespaced_repos(tmp_path):
+    """Two repositories that both hold `m` and `ens` (Triton's model namespacing test shape):
+    r1's `m` reads INPUT0, r2's reads IN_B, so an ensemble step that reached the other
+    repository's `m` would not load. r2's `ens_b` runs `m` (its own), `ens_cross` runs `only1`
+    (only r1 has it)."""
+    def identity(repo, name, inp="INPUT0", out="OUTPUT0"):
+        add_model(repo, name, f'name: "{name}"\nbackend: "identity"\nmax_batch_size: 0\n'
+                              f'input [ {{ name: "{inp}" data_type: TYPE_FP32 dims: [ -1 ] }} ]\n'
+                              f'output [ {{ name: "{out}" data_type: TYPE_FP32 dims: [ -1 ] }} ]\n')
+
+    def ensemble(repo, name, step, inp="INPUT0", out="OUTPUT0"):
+        add_model(repo, name, f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+                              'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+                              'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+                              f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 '
+                              f'input_map {{ key: "{inp}" value: "INPUT0" }} '
+                              f'output_map {{ key: "{out}" value: "OUTPUT0" }} }} ] }}\n')
+
+    r1, r2, r3 = tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"
+    identity(r1, "m")
+    identity(r1, "only1")
+    ensemble(r1, "ens", "m")
+    identity(r2, "m", "IN_B", "OUT_B")
+    identity(r2, "only2")
+    ensemble(r2, "ens", "m", "IN_B", "OUT_B")
+    ensemble(r2, "ens_b", "m", "IN_B", "OUT_B")
+    ensemble(r2, "ens_cross", "only1")
+    # r3's ensemble names `m`, which r3 lacks and r1 and r2 both have.
+    ensemble(r3, "ens_amb", "m")
+    return r1, r2, r3
+
+
+AMBIGUOUS = ("There are 2 identifiers of model '{}' in global map, model namespace must be provided to "
+             "resolve ambiguity.")
+
+
+def test_model_namespacing_serves_one_name_from_two_repositories(start_server, tmp_path):
+    """`--model-namespacing=true`: both repositories' `m` and `ens` load and are kept apart; a
+    request naming `m` alone is refused with Triton 2.51's text (HTTP 400, gRPC INVALID_ARGUMENT,
+    not ready); an ensemble's step runs the `m` of its own repository, else the only model of
+    that name; metrics carry Triton's `namespace` label."""
+    r1, r2, _ = _namespaced_repos(tmp_path)
+    srv = start_server(r1, args=["--model-repository", str(r2), "--model-namespacing=true"])
+    index = srv.index()
+    names = sorted(e["name"] for e in index)
+    assert names == ["ens", "ens", "ens_b", "ens_cross", "m", "m", "only1", "only2"], index
+    assert all(e["state"] == "READY" for e in index), index
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [3], "data": [1, 2, 3]}]}
+    for name in ["m", "ens"]:
+        for r in [srv.get(f"/v2/models/{name}"), srv.get(f"/v2/models/{name}/config"),
+                  srv.post(f"/v2/models/{name}/infer", body)]:
+            assert (r.status_code, r.json()) == (400, {"error": AMBIGUOUS.format(name)}), r.text
+        assert srv.get(f"/v2/models/{name}/ready").status_code == 400
+    r = srv.get("/v2/models/nope")
+    assert (r.status_code, r.json()["error"]) == (400, "Request for unknown model: 'nope' is not found")
+    r = srv.get("/v2/models/m/stats")
+    assert (r.status_code, r.json()["error"]) == (400, "requested model 'm' is not available")
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    assert not g.is_model_ready("m") and g.is_model_ready("only1")
+    with pytest.raises(InferenceServerException) as e:
+        g.get_model_metadata("m")
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and AMBIGUOUS.format("m") in e.value.message()
+    ginp = grpcclient.InferInput("INPUT0", [3], "FP32")
+    ginp.set_data_from_numpy(np.array([1, 2, 3], dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("ens", [ginp])
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and AMBIGUOUS.format("ens") in e.value.message()
+    for name in ["only1", "only2", "ens_b", "ens_cross"]:
+        np.testing.assert_array_equal(g.infer(name, [ginp]).as_numpy("OUTPUT0"), [1, 2, 3])
+    g.close()
+    stats = srv.get("/v2/models/stats").json()["model_stats"]
+    assert sorted(s["name"] for s in stats) == names
+    metrics = requests.get(srv.metrics_url).text
+    # ens_b ran r2's m; nothing ran r1's; ens_cross reached only1 in r1.
+    assert f'nv_inference_count{{model="m",namespace="{r2}",version="1"}} 1' in metrics, metrics
+    assert f'nv_inference_count{{model="m",namespace="{r1}",version="1"}} 0' in metrics, metrics
+    assert f'nv_inference_count{{model="only1",namespace="{r1}",version="1"}} 2' in metrics, metrics
+
+
+def test_model_namespacing_load_and_unload_by_name_act_in_every_repository(start_server, tmp_path):
+    """Explicit mode with namespaces: an ensemble whose step names a model of two other
+    repositories fails to load with Triton's text (and loads `m` in both, as Triton does);
+    unloading `m` unloads both (then the name has no identifier, as Triton answers)."""
+    r1, r2, r3 = _namespaced_repos(tmp_path)
+    srv = start_server(r1, args=["--model-repository", str(r2), "--model-repository", str(r3),
+                                 "--model-namespacing=true", "--model-control-mode=explicit"])
+    r = srv.get("/v2/models/m")
+    assert (r.status_code, r.json()["error"]) == (400, "Request for unknown model: 'm' is not found")
+    r = srv.post("/v2/repository/models/ens_amb/load")
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == (f"load failed for model '{r3}::ens_amb': ensemble {r3}::ens_amb contains models "
+                                 "that are not available or ambiguous: m"), r.text
+    ready_m = lambda: sorted(e.get("state") for e in srv.index() if e["name"] == "m")  # noqa: E731
+    assert ready_m() == ["READY", "READY"], "the step's load loaded `m` in both repositories"
+    r = srv.get("/v2/models/ens_amb")
+    assert (r.status_code, r.json()["error"]) == (404, f"Request for unknown model: '{r3}::ens_amb' is not found")
+    assert srv.post("/v2/repository/models/m/unload").status_code == 200
+    assert ready_m() == ["UNAVAILABLE", "UNAVAILABLE"]
+    r = srv.get("/v2/models/m")
+    assert (r.status_code, r.json()["error"]) == (404, "Identifier of model 'm' is not found in global map")
+    # Loading an ensemble loads the model its step resolves to: r2's own `m`, which is then the
+    # only `m` known, so the name alone is no longer ambiguous.
+    assert srv.post("/v2/repository/models/ens_b/load").status_code == 200
+    assert srv.client.is_model_ready("ens_b") and srv.client.is_model_ready("m")
+    assert [i["name"] for i in srv.get("/v2/models/m").json()["inputs"]] == ["IN_B"]
+
+
+def test_without_model_namespacing_a_name_in_two_repositories_is_refused(start_server, tmp_path):
+    r1, r2, _ = _namespaced_repos(tmp_path)
+    srv = start_server(r1, args=["--model-repository", str(r2), "--exit-on-error=false"], wait_for="live")
+    index = wait_until(lambda: (i := srv.index()) and all(e.get("state") in ("READY", "UNAVAILABLE") for e in i) and i)
+    by_name = {e["name"]: e for e in index}
+    assert len(index) == len(by_name), "one entry per name"
+    for name in ["m", "ens"]:
+        assert by_name[name]["state"] == "UNAVAILABLE" and "two repositories" in by_name[name]["reason"], index
+    assert by_name["only1"]["state"] == "READY" and by_name["only2"]["state"] == "READY"
+    r = srv.get("/v2/models/m")
+    assert (r.status_code, r.json()["error"]) == (404, "Request for unknown model: 'm' is not found")

@@ -81,11 +81,6 @@ pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
     let r = &cli.resources;
     note(cli.repo.enable_peer_access.is_some(), "--enable-peer-access", no_gpu_memory);
     note(
-        cli.repo.model_namespacing,
-        "--model-namespacing=true",
-        "Tritium has no model namespaces yet; a model name found in two repositories stays unavailable",
-    );
-    note(
         g.grpc_infer_allocation_pool_size.is_some(),
         "--grpc-infer-allocation-pool-size",
         "Tritium allocates each gRPC request and response, it keeps no pool of them",
