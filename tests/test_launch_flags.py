@@ -480,3 +480,22 @@ def test_without_model_namespacing_a_name_in_two_repositories_is_refused(start_s
     assert by_name["only1"]["state"] == "READY" and by_name["only2"]["state"] == "READY"
     r = srv.get("/v2/models/m")
     assert (r.status_code, r.json()["error"]) == (404, "Request for unknown model: 'm' is not found")
+
+
+def test_model_namespacing_in_poll_mode_a_removed_model_leaves_its_namespace(start_server, tmp_path):
+    """Poll mode with namespaces: removing r1's `m` unloads it alone; r2's `m` keeps serving and
+    the name is no longer ambiguous; a new `m` in r1 makes it ambiguous again."""
+    import shutil
+    r1, r2, _ = _namespaced_repos(tmp_path)
+    shutil.rmtree(r1 / "ens")
+    srv = start_server(r1, args=["--model-repository", str(r2), "--model-namespacing=true",
+                                 "--model-control-mode=poll", "--repository-poll-secs=1"])
+    assert srv.get("/v2/models/m").status_code == 400
+    saved = tmp_path / "saved_m"
+    shutil.move(str(r1 / "m"), saved)
+    wait_until(lambda: srv.get("/v2/models/m").status_code == 200, what="r1's m to leave")
+    assert [i["name"] for i in srv.get("/v2/models/m").json()["inputs"]] == ["IN_B"]
+    assert srv.client.is_model_ready("ens_b")
+    shutil.move(str(saved), r1 / "m")
+    wait_until(lambda: srv.get("/v2/models/m").status_code == 400, what="r1's m to come back")
+    assert srv.get("/v2/models/m").json()["error"] == AMBIGUOUS.format("m")

@@ -616,7 +616,11 @@ impl RepositoryManager {
         {
             let records = self.records.lock();
             for (key, dir) in &found {
-                let changed = records.get(key).map(|r| r.fingerprint != Some(fingerprint(&dir.path))).unwrap_or(true);
+                // New, changed, or back after it was removed (and unloaded).
+                let changed = records
+                    .get(key)
+                    .map(|r| !r.wanted || r.fingerprint != Some(fingerprint(&dir.path)))
+                    .unwrap_or(true);
                 if changed {
                     todo.push((key.clone(), true));
                 }
