@@ -96,7 +96,7 @@ def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
              "--backend-directory=/opt/tritonserver/backends", "--backend-config=onnxruntime,x=y",
              "--cache-config=local,size=1048576", "--rate-limit=execution_count",
              "--rate-limit-resource=R1:4", "--grpc-infer-allocation-pool-size=16",
-             "--grpc-keepalive-permit-without-calls=1", "--grpc-http2-max-ping-strikes=0",
+             "--grpc-keepalive-permit-without-calls=0", "--grpc-http2-max-ping-strikes=0",
              "--enable-peer-access=false", "--repoagent-directory=/x", "--buffer-manager-thread-count=2",
              "--min-supported-compute-capability=6.0", "--model-load-gpu-limit=0:0.5",
              "--cuda-virtual-address-size=0:1073741824", "--response-cache-byte-size=0",
@@ -226,7 +226,7 @@ def test_reuse_http_port_lets_two_servers_share_it(start_server, repo_copy, tmp_
 
 
 def _h2_frames(sock, until: float):
-    """Reads HTTP/2 frames until `until`; yields (type, payload)."""
+    """Reads HTTP/2 frames until `until` or the connection closes; yields (type, flags, payload)."""
     buf = b""
     while time.monotonic() < until:
         sock.settimeout(max(0.05, until - time.monotonic()))
@@ -234,6 +234,8 @@ def _h2_frames(sock, until: float):
             chunk = sock.recv(65536)
         except socket.timeout:
             continue
+        except ConnectionResetError:
+            return
         if not chunk:
             return
         buf += chunk
@@ -241,18 +243,60 @@ def _h2_frames(sock, until: float):
             length = int.from_bytes(buf[:3], "big")
             if len(buf) < 9 + length:
                 break
-            yield buf[3], buf[9:9 + length]
+            yield buf[3], buf[4], buf[9:9 + length]
             buf = buf[9 + length:]
+
+
+def _h2_connect(port: int):
+    """A raw HTTP/2 connection that has sent the preface and an empty SETTINGS frame."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] + b"\x04\x00" + b"\x00\x00\x00\x00")
+    return s
 
 
 def test_grpc_max_connection_age_sends_goaway(start_server, repo_copy):
     srv = start_server(repo_copy(["identity"]), args=["--grpc-max-connection-age=500"])
-    s = socket.create_connection(("127.0.0.1", srv.grpc_port))
-    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] + b"\x04\x00" + b"\x00\x00\x00\x00")
+    s = _h2_connect(srv.grpc_port)
     start = time.monotonic()
-    goaway = next((time.monotonic() - start for t, _ in _h2_frames(s, start + 5) if t == 0x7), None)
+    goaway = next((time.monotonic() - start for t, _, _ in _h2_frames(s, start + 5) if t == 0x7), None)
     s.close()
     assert goaway is not None and 0.3 < goaway < 3, goaway
+
+
+PING, ACK = 0x6, 0x1
+
+
+def _pings(sock, seconds: float, answer: bool):
+    """(times of the server's pings, time the connection closed or None) over `seconds`; with
+    `answer` each ping gets its ACK."""
+    start, pings = time.monotonic(), []
+    for t, flags, payload in _h2_frames(sock, start + seconds):
+        if t == PING and not flags & ACK:
+            pings.append(time.monotonic() - start)
+            if answer:
+                sock.sendall(struct.pack(">I", 8)[1:] + bytes([PING, ACK]) + b"\x00\x00\x00\x00" + payload)
+    closed = time.monotonic() - start if time.monotonic() < start + seconds - 0.05 else None
+    sock.close()
+    return pings, closed
+
+
+def test_grpc_keepalive_pings_a_quiet_connection_and_closes_it_when_unanswered(start_server, repo_copy):
+    """`--grpc-keepalive-time`: the server pings a connection that was quiet that long (with or
+    without calls, as `--grpc-keepalive-permit-without-calls=true`); `--grpc-keepalive-timeout`: a ping left
+    unanswered that long closes the connection, an answered one keeps it. By default (2 hours)
+    no ping comes."""
+    repo = repo_copy(["identity"])
+    srv = start_server(repo, args=["--grpc-keepalive-time=300", "--grpc-keepalive-timeout=600",
+                                   "--grpc-keepalive-permit-without-calls=true"])
+    assert "permit-without-calls" not in srv.log_tail(200_000), "true is what the server does: nothing to log"
+    pings, closed = _pings(_h2_connect(srv.grpc_port), 4, answer=False)
+    assert len(pings) == 1 and 0.2 < pings[0] < 1.5, pings
+    assert closed is not None and 0.5 < closed - pings[0] < 2.5, (pings, closed)
+    pings, closed = _pings(_h2_connect(srv.grpc_port), 2.5, answer=True)
+    assert closed is None and len(pings) >= 3, (pings, closed)
+    plain = start_server(repo)
+    pings, closed = _pings(_h2_connect(plain.grpc_port), 1.5, answer=False)
+    assert pings == [] and closed is None, (pings, closed)
 
 
 def test_grpc_max_connection_age_grace_cuts_calls_that_outlive_it(start_server, tmp_path):
