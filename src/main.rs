@@ -95,6 +95,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             load_threads: cli.repo.model_load_thread_count as usize,
             load_retries: cli.repo.model_load_retry_count,
             host_cores: cli::host_policy::cpu_cores(&cli.resources.host_policy),
+            namespacing: cli.repo.model_namespacing,
         },
         engine.handle(),
     ));

@@ -94,19 +94,26 @@ impl Server {
         self.repository.router().get(name, version)
     }
 
-    /// Ready when its instances live and, for an ensemble, every composing model is ready.
+    /// Ready when its instances live and, for an ensemble, every composing model is ready (a
+    /// name that is unknown or ambiguous is not ready).
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
-        self.model_ready_within(name, version, 0)
+        self.model(name, version).is_ok_and(|m| self.loaded_ready(&m, 0))
     }
 
-    fn model_ready_within(&self, name: &str, version: Option<i64>, depth: usize) -> bool {
-        let Ok(m) = self.model(name, version) else { return false };
-        m.handle.is_ready() && depth < 8 && m.composing.iter().all(|(n, v)| self.model_ready_within(n, *v, depth + 1))
+    fn loaded_ready(&self, m: &LoadedModel, depth: usize) -> bool {
+        let router = self.repository.router();
+        let composing_ready = |(n, v): &(String, Option<i64>)| {
+            router
+                .resolve_in(&m.namespace, n)
+                .and_then(|k| router.get_in(&k, *v))
+                .is_ok_and(|c| self.loaded_ready(&c, depth + 1))
+        };
+        m.handle.is_ready() && depth < 8 && m.composing.iter().all(composing_ready)
     }
 
     pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata> {
         let model = self.model(name, version)?;
-        let versions = self.repository.router().versions(name).iter().map(|v| v.to_string()).collect();
+        let versions = self.repository.router().current(&model.key()).keys().map(|v| v.to_string()).collect();
         let policy = &model.handle.policy;
         let shape = |dims: &[i64]| -> Vec<i64> {
             if policy.batches() {
@@ -156,7 +163,7 @@ impl Server {
         let models: Vec<Arc<LoadedModel>> = match (name, version) {
             (Some(n), Some(_)) => vec![router.get(n, version).map_err(|_| unavailable(n))?],
             (Some(n), None) => {
-                let all = router.all_versions(n);
+                let all = router.all_versions(n).unwrap_or_default();
                 if all.is_empty() {
                     return Err(unavailable(n));
                 }

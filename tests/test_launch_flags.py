@@ -15,6 +15,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from helpers import Server, free_ports, identity_config, tritium_bin, wait_until
 
@@ -95,12 +96,12 @@ def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
              "--backend-directory=/opt/tritonserver/backends", "--backend-config=onnxruntime,x=y",
              "--cache-config=local,size=1048576", "--rate-limit=execution_count",
              "--rate-limit-resource=R1:4", "--grpc-infer-allocation-pool-size=16",
-             "--grpc-keepalive-permit-without-calls=1", "--grpc-http2-max-ping-strikes=0",
+             "--grpc-keepalive-permit-without-calls=0", "--grpc-http2-max-ping-strikes=0",
              "--enable-peer-access=false", "--repoagent-directory=/x", "--buffer-manager-thread-count=2",
              "--min-supported-compute-capability=6.0", "--model-load-gpu-limit=0:0.5",
              "--cuda-virtual-address-size=0:1073741824", "--response-cache-byte-size=0",
              "--grpc-http2-max-pings-without-data=0", "--grpc-http2-min-recv-ping-interval-without-data=1000",
-             "--cache-directory=/x", "--host-policy=cpu,numa-node=0", "--model-namespacing=true",
+             "--cache-directory=/x", "--host-policy=cpu,numa-node=0",
              "--grpc-max-connection-age-grace=100"]
     srv = start_server(repo_copy(["identity"]), args=flags)
     log = srv.log_tail(200_000)
@@ -225,7 +226,7 @@ def test_reuse_http_port_lets_two_servers_share_it(start_server, repo_copy, tmp_
 
 
 def _h2_frames(sock, until: float):
-    """Reads HTTP/2 frames until `until`; yields (type, payload)."""
+    """Reads HTTP/2 frames until `until` or the connection closes; yields (type, flags, payload)."""
     buf = b""
     while time.monotonic() < until:
         sock.settimeout(max(0.05, until - time.monotonic()))
@@ -233,6 +234,8 @@ def _h2_frames(sock, until: float):
             chunk = sock.recv(65536)
         except socket.timeout:
             continue
+        except ConnectionResetError:
+            return
         if not chunk:
             return
         buf += chunk
@@ -240,18 +243,60 @@ def _h2_frames(sock, until: float):
             length = int.from_bytes(buf[:3], "big")
             if len(buf) < 9 + length:
                 break
-            yield buf[3], buf[9:9 + length]
+            yield buf[3], buf[4], buf[9:9 + length]
             buf = buf[9 + length:]
+
+
+def _h2_connect(port: int):
+    """A raw HTTP/2 connection that has sent the preface and an empty SETTINGS frame."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] + b"\x04\x00" + b"\x00\x00\x00\x00")
+    return s
 
 
 def test_grpc_max_connection_age_sends_goaway(start_server, repo_copy):
     srv = start_server(repo_copy(["identity"]), args=["--grpc-max-connection-age=500"])
-    s = socket.create_connection(("127.0.0.1", srv.grpc_port))
-    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] + b"\x04\x00" + b"\x00\x00\x00\x00")
+    s = _h2_connect(srv.grpc_port)
     start = time.monotonic()
-    goaway = next((time.monotonic() - start for t, _ in _h2_frames(s, start + 5) if t == 0x7), None)
+    goaway = next((time.monotonic() - start for t, _, _ in _h2_frames(s, start + 5) if t == 0x7), None)
     s.close()
     assert goaway is not None and 0.3 < goaway < 3, goaway
+
+
+PING, ACK = 0x6, 0x1
+
+
+def _pings(sock, seconds: float, answer: bool):
+    """(times of the server's pings, time the connection closed or None) over `seconds`; with
+    `answer` each ping gets its ACK."""
+    start, pings = time.monotonic(), []
+    for t, flags, payload in _h2_frames(sock, start + seconds):
+        if t == PING and not flags & ACK:
+            pings.append(time.monotonic() - start)
+            if answer:
+                sock.sendall(struct.pack(">I", 8)[1:] + bytes([PING, ACK]) + b"\x00\x00\x00\x00" + payload)
+    closed = time.monotonic() - start if time.monotonic() < start + seconds - 0.05 else None
+    sock.close()
+    return pings, closed
+
+
+def test_grpc_keepalive_pings_a_quiet_connection_and_closes_it_when_unanswered(start_server, repo_copy):
+    """`--grpc-keepalive-time`: the server pings a connection that was quiet that long (with or
+    without calls, as `--grpc-keepalive-permit-without-calls=true`); `--grpc-keepalive-timeout`: a ping left
+    unanswered that long closes the connection, an answered one keeps it. By default (2 hours)
+    no ping comes."""
+    repo = repo_copy(["identity"])
+    srv = start_server(repo, args=["--grpc-keepalive-time=300", "--grpc-keepalive-timeout=600",
+                                   "--grpc-keepalive-permit-without-calls=true"])
+    assert "permit-without-calls" not in srv.log_tail(200_000), "true is what the server does: nothing to log"
+    pings, closed = _pings(_h2_connect(srv.grpc_port), 4, answer=False)
+    assert len(pings) == 1 and 0.2 < pings[0] < 1.5, pings
+    assert closed is not None and 0.5 < closed - pings[0] < 2.5, (pings, closed)
+    pings, closed = _pings(_h2_connect(srv.grpc_port), 2.5, answer=True)
+    assert closed is None and len(pings) >= 3, (pings, closed)
+    plain = start_server(repo)
+    pings, closed = _pings(_h2_connect(plain.grpc_port), 1.5, answer=False)
+    assert pings == [] and closed is None, (pings, closed)
 
 
 def test_grpc_max_connection_age_grace_cuts_calls_that_outlive_it(start_server, tmp_path):
@@ -359,3 +404,142 @@ def test_host_policy_pins_instance_threads(start_server, tmp_path):
     assert by_model["other"] == [second], "a group's host_policy names its own"
     plain = start_server(repo)
     assert all(c != first for _, c in _instance_threads(plain.proc.pid)), "no policy: no pinning"
+
+
+def _namespaced_repos(tmp_path):
+    """Two repositories that both hold `m` and `ens` (Triton's model namespacing test shape):
+    r1's `m` reads INPUT0, r2's reads IN_B, so an ensemble step that reached the other
+    repository's `m` would not load. r2's `ens_b` runs `m` (its own), `ens_cross` runs `only1`
+    (only r1 has it)."""
+    def identity(repo, name, inp="INPUT0", out="OUTPUT0"):
+        add_model(repo, name, f'name: "{name}"\nbackend: "identity"\nmax_batch_size: 0\n'
+                              f'input [ {{ name: "{inp}" data_type: TYPE_FP32 dims: [ -1 ] }} ]\n'
+                              f'output [ {{ name: "{out}" data_type: TYPE_FP32 dims: [ -1 ] }} ]\n')
+
+    def ensemble(repo, name, step, inp="INPUT0", out="OUTPUT0"):
+        add_model(repo, name, f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+                              'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+                              'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+                              f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 '
+                              f'input_map {{ key: "{inp}" value: "INPUT0" }} '
+                              f'output_map {{ key: "{out}" value: "OUTPUT0" }} }} ] }}\n')
+
+    r1, r2, r3 = tmp_path / "r1", tmp_path / "r2", tmp_path / "r3"
+    identity(r1, "m")
+    identity(r1, "only1")
+    ensemble(r1, "ens", "m")
+    identity(r2, "m", "IN_B", "OUT_B")
+    identity(r2, "only2")
+    ensemble(r2, "ens", "m", "IN_B", "OUT_B")
+    ensemble(r2, "ens_b", "m", "IN_B", "OUT_B")
+    ensemble(r2, "ens_cross", "only1")
+    # r3's ensemble names `m`, which r3 lacks and r1 and r2 both have.
+    ensemble(r3, "ens_amb", "m")
+    return r1, r2, r3
+
+
+AMBIGUOUS = ("There are 2 identifiers of model '{}' in global map, model namespace must be provided to "
+             "resolve ambiguity.")
+
+
+def test_model_namespacing_serves_one_name_from_two_repositories(start_server, tmp_path):
+    """`--model-namespacing=true`: both repositories' `m` and `ens` load and are kept apart; a
+    request naming `m` alone is refused with Triton 2.51's text (HTTP 400, gRPC INVALID_ARGUMENT,
+    not ready); an ensemble's step runs the `m` of its own repository, else the only model of
+    that name; metrics carry Triton's `namespace` label."""
+    r1, r2, _ = _namespaced_repos(tmp_path)
+    srv = start_server(r1, args=["--model-repository", str(r2), "--model-namespacing=true"])
+    index = srv.index()
+    names = sorted(e["name"] for e in index)
+    assert names == ["ens", "ens", "ens_b", "ens_cross", "m", "m", "only1", "only2"], index
+    assert all(e["state"] == "READY" for e in index), index
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [3], "data": [1, 2, 3]}]}
+    for name in ["m", "ens"]:
+        for r in [srv.get(f"/v2/models/{name}"), srv.get(f"/v2/models/{name}/config"),
+                  srv.post(f"/v2/models/{name}/infer", body)]:
+            assert (r.status_code, r.json()) == (400, {"error": AMBIGUOUS.format(name)}), r.text
+        assert srv.get(f"/v2/models/{name}/ready").status_code == 400
+    r = srv.get("/v2/models/nope")
+    assert (r.status_code, r.json()["error"]) == (400, "Request for unknown model: 'nope' is not found")
+    r = srv.get("/v2/models/m/stats")
+    assert (r.status_code, r.json()["error"]) == (400, "requested model 'm' is not available")
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    assert not g.is_model_ready("m") and g.is_model_ready("only1")
+    with pytest.raises(InferenceServerException) as e:
+        g.get_model_metadata("m")
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and AMBIGUOUS.format("m") in e.value.message()
+    ginp = grpcclient.InferInput("INPUT0", [3], "FP32")
+    ginp.set_data_from_numpy(np.array([1, 2, 3], dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("ens", [ginp])
+    assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and AMBIGUOUS.format("ens") in e.value.message()
+    for name in ["only1", "only2", "ens_b", "ens_cross"]:
+        np.testing.assert_array_equal(g.infer(name, [ginp]).as_numpy("OUTPUT0"), [1, 2, 3])
+    g.close()
+    stats = srv.get("/v2/models/stats").json()["model_stats"]
+    assert sorted(s["name"] for s in stats) == names
+    metrics = requests.get(srv.metrics_url).text
+    # ens_b ran r2's m; nothing ran r1's; ens_cross reached only1 in r1.
+    assert f'nv_inference_count{{model="m",namespace="{r2}",version="1"}} 1' in metrics, metrics
+    assert f'nv_inference_count{{model="m",namespace="{r1}",version="1"}} 0' in metrics, metrics
+    assert f'nv_inference_count{{model="only1",namespace="{r1}",version="1"}} 2' in metrics, metrics
+
+
+def test_model_namespacing_load_and_unload_by_name_act_in_every_repository(start_server, tmp_path):
+    """Explicit mode with namespaces: an ensemble whose step names a model of two other
+    repositories fails to load with Triton's text (and loads `m` in both, as Triton does);
+    unloading `m` unloads both (then the name has no identifier, as Triton answers)."""
+    r1, r2, r3 = _namespaced_repos(tmp_path)
+    srv = start_server(r1, args=["--model-repository", str(r2), "--model-repository", str(r3),
+                                 "--model-namespacing=true", "--model-control-mode=explicit"])
+    r = srv.get("/v2/models/m")
+    assert (r.status_code, r.json()["error"]) == (400, "Request for unknown model: 'm' is not found")
+    r = srv.post("/v2/repository/models/ens_amb/load")
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == (f"load failed for model '{r3}::ens_amb': ensemble {r3}::ens_amb contains models "
+                                 "that are not available or ambiguous: m"), r.text
+    ready_m = lambda: sorted(e.get("state") for e in srv.index() if e["name"] == "m")  # noqa: E731
+    assert ready_m() == ["READY", "READY"], "the step's load loaded `m` in both repositories"
+    r = srv.get("/v2/models/ens_amb")
+    assert (r.status_code, r.json()["error"]) == (404, f"Request for unknown model: '{r3}::ens_amb' is not found")
+    assert srv.post("/v2/repository/models/m/unload").status_code == 200
+    assert ready_m() == ["UNAVAILABLE", "UNAVAILABLE"]
+    r = srv.get("/v2/models/m")
+    assert (r.status_code, r.json()["error"]) == (404, "Identifier of model 'm' is not found in global map")
+    # Loading an ensemble loads the model its step resolves to: r2's own `m`, which is then the
+    # only `m` known, so the name alone is no longer ambiguous.
+    assert srv.post("/v2/repository/models/ens_b/load").status_code == 200
+    assert srv.client.is_model_ready("ens_b") and srv.client.is_model_ready("m")
+    assert [i["name"] for i in srv.get("/v2/models/m").json()["inputs"]] == ["IN_B"]
+
+
+def test_without_model_namespacing_a_name_in_two_repositories_is_refused(start_server, tmp_path):
+    r1, r2, _ = _namespaced_repos(tmp_path)
+    srv = start_server(r1, args=["--model-repository", str(r2), "--exit-on-error=false"], wait_for="live")
+    index = wait_until(lambda: (i := srv.index()) and all(e.get("state") in ("READY", "UNAVAILABLE") for e in i) and i)
+    by_name = {e["name"]: e for e in index}
+    assert len(index) == len(by_name), "one entry per name"
+    for name in ["m", "ens"]:
+        assert by_name[name]["state"] == "UNAVAILABLE" and "two repositories" in by_name[name]["reason"], index
+    assert by_name["only1"]["state"] == "READY" and by_name["only2"]["state"] == "READY"
+    r = srv.get("/v2/models/m")
+    assert (r.status_code, r.json()["error"]) == (404, "Request for unknown model: 'm' is not found")
+
+
+def test_model_namespacing_in_poll_mode_a_removed_model_leaves_its_namespace(start_server, tmp_path):
+    """Poll mode with namespaces: removing r1's `m` unloads it alone; r2's `m` keeps serving and
+    the name is no longer ambiguous; a new `m` in r1 makes it ambiguous again."""
+    import shutil
+    r1, r2, _ = _namespaced_repos(tmp_path)
+    shutil.rmtree(r1 / "ens")
+    srv = start_server(r1, args=["--model-repository", str(r2), "--model-namespacing=true",
+                                 "--model-control-mode=poll", "--repository-poll-secs=1"])
+    assert srv.get("/v2/models/m").status_code == 400
+    saved = tmp_path / "saved_m"
+    shutil.move(str(r1 / "m"), saved)
+    wait_until(lambda: srv.get("/v2/models/m").status_code == 200, what="r1's m to leave")
+    assert [i["name"] for i in srv.get("/v2/models/m").json()["inputs"]] == ["IN_B"]
+    assert srv.client.is_model_ready("ens_b")
+    shutil.move(str(saved), r1 / "m")
+    wait_until(lambda: srv.get("/v2/models/m").status_code == 400, what="r1's m to come back")
+    assert srv.get("/v2/models/m").json()["error"] == AMBIGUOUS.format("m")

@@ -81,17 +81,17 @@ pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
     let r = &cli.resources;
     note(cli.repo.enable_peer_access.is_some(), "--enable-peer-access", no_gpu_memory);
     note(
-        cli.repo.model_namespacing,
-        "--model-namespacing=true",
-        "Tritium has no model namespaces yet; a model name found in two repositories stays unavailable",
-    );
-    note(
         g.grpc_infer_allocation_pool_size.is_some(),
         "--grpc-infer-allocation-pool-size",
         "Tritium allocates each gRPC request and response, it keeps no pool of them",
     );
-    let pings = "Tritium's HTTP/2 layer (hyper) sends keepalive pings every --grpc-keepalive-time and has no gRPC-core ping policy";
-    note(g.grpc_keepalive_permit_without_calls.is_some(), "--grpc-keepalive-permit-without-calls", pings);
+    let pings = "Tritium's HTTP/2 server (tonic 0.14 on hyper and h2) offers only the keepalive interval and timeout (--grpc-keepalive-time, --grpc-keepalive-timeout): it answers every client ping and has no gRPC-core ping policy";
+    // True is what the HTTP/2 server does: it pings quiet connections with or without calls.
+    note(
+        g.grpc_keepalive_permit_without_calls == Some(false),
+        "--grpc-keepalive-permit-without-calls=false",
+        "Tritium's HTTP/2 server (tonic 0.14 on hyper) pings a quiet connection every --grpc-keepalive-time whether calls run or not, as with true",
+    );
     note(g.grpc_http2_max_pings_without_data.is_some(), "--grpc-http2-max-pings-without-data", pings);
     note(
         g.grpc_http2_min_recv_ping_interval_without_data.is_some(),

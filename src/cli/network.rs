@@ -76,12 +76,13 @@ pub struct GrpcFlags {
     #[arg(long)]
     pub grpc_root_cert: Option<String>,
     /// gRPC core's permission to send keepalive pings without calls in flight (default
-    /// false). Tritium's HTTP/2 layer pings every --grpc-keepalive-time whatever runs: accepted,
-    /// no effect.
+    /// false). Tritium's HTTP/2 server pings a quiet connection every --grpc-keepalive-time
+    /// whether calls run or not, which is what true asks; false is accepted and logged as
+    /// having no effect.
     #[arg(long, value_parser = parse_bool, action = ArgAction::Set)]
     pub grpc_keepalive_permit_without_calls: Option<bool>,
-    /// gRPC core's limit on pings without data (default 2). Tritium's HTTP/2 layer has no such
-    /// limit: accepted, no effect.
+    /// gRPC core's limit on pings without data (default 2). Tritium's HTTP/2 server (tonic
+    /// 0.14 on hyper) has no such limit: accepted, no effect.
     #[arg(long, allow_negative_numbers = true)]
     pub grpc_http2_max_pings_without_data: Option<i64>,
     /// gRPC core's shortest accepted interval between a client's pings, in ms (default 300000).

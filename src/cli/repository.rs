@@ -40,9 +40,10 @@ pub struct RepositoryFlags {
     #[arg(long, default_value_t = 0)]
     pub model_load_retry_count: u32,
 
-    /// Triton's model namespaces (one per repository, so that one name may be served from
-    /// several). Tritium has no namespaces yet: accepted (default false), and true is logged
-    /// as having no effect — a name in two repositories stays unavailable.
+    /// Model namespaces: each repository is a namespace, so one model name may be served from
+    /// several repositories (a request naming it alone is refused as ambiguous; an ensemble's
+    /// steps resolve in its own repository first). Default false: a name in two repositories
+    /// is refused.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub model_namespacing: bool,
 

@@ -22,6 +22,8 @@ use parking_lot::Mutex;
 use tritium_actors::histogram::Histogram as EngineHistogram;
 use tritium_actors::stats::{RequestTimes, StatsObserver};
 
+use crate::repository::ModelKey;
+
 /// Triton's default summary quantiles (`{quantile, error}` pairs in Triton).
 pub const DEFAULT_QUANTILES: [(f64, f64); 5] = [(0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001)];
 /// Triton's default buckets of `nv_inference_first_response_histogram_ms`.
@@ -186,12 +188,13 @@ impl ModelLatency {
     /// The families `config` asks for, for one model version; None when it asks for none.
     pub fn new(
         config: &MetricsConfig,
-        model: &str,
+        model: &ModelKey,
         version: &str,
         decoupled: bool,
         first_responses: &FirstResponses,
     ) -> Option<ModelLatency> {
-        let labels = [("model", model.to_string()), ("version", version.to_string())];
+        let labels =
+            super::namespaced(&model.namespace, vec![("model", model.name.clone()), ("version", version.to_string())]);
         let summaries = config.summary_latencies.then(|| Summaries {
             request: histogram!("nv_inference_request_summary_us", &labels),
             queue: histogram!("nv_inference_queue_summary_us", &labels),
@@ -199,7 +202,7 @@ impl ModelLatency {
             compute_infer: histogram!("nv_inference_compute_infer_summary_us", &labels),
             compute_output: histogram!("nv_inference_compute_output_summary_us", &labels),
         });
-        let first_response = (config.histogram_latencies && decoupled).then(|| first_responses.series(labels.to_vec()));
+        let first_response = (config.histogram_latencies && decoupled).then(|| first_responses.series(labels.clone()));
         if summaries.is_none() && first_response.is_none() {
             return None;
         }
@@ -250,15 +253,16 @@ mod tests {
 
     #[test]
     fn records_only_what_is_asked() {
+        let m = ModelKey::new("", "m");
         let off = MetricsConfig::default();
-        assert!(ModelLatency::new(&off, "m", "1", true, &FirstResponses::default()).is_none());
+        assert!(ModelLatency::new(&off, &m, "1", true, &FirstResponses::default()).is_none());
         let hist = MetricsConfig { histogram_latencies: true, ..Default::default() };
         assert!(
-            ModelLatency::new(&hist, "m", "1", false, &FirstResponses::default()).is_none(),
+            ModelLatency::new(&hist, &m, "1", false, &FirstResponses::default()).is_none(),
             "first-response histogram is for decoupled models only"
         );
-        assert!(ModelLatency::new(&hist, "m", "1", true, &FirstResponses::default()).is_some());
+        assert!(ModelLatency::new(&hist, &m, "1", true, &FirstResponses::default()).is_some());
         let sum = MetricsConfig { summary_latencies: true, ..Default::default() };
-        assert!(ModelLatency::new(&sum, "m", "1", false, &FirstResponses::default()).is_some());
+        assert!(ModelLatency::new(&sum, &m, "1", false, &FirstResponses::default()).is_some());
     }
 }

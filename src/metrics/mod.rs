@@ -23,7 +23,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tritium_actors::stats::StatsObserver;
 use tritium_actors::ExitCause;
 
-use crate::repository::{RepositoryManager, Router};
+use crate::repository::{ModelKey, RepositoryManager, Router};
 
 fn describe() {
     describe_counter!("nv_inference_request_success", "Number of successful inference requests, all batch sizes");
@@ -102,18 +102,29 @@ fn describe() {
     describe_gauge!("tritium_sequence_state_bytes", "Bytes of implicit state the sequence actor holds");
 }
 
+/// A model's labels with Triton's `namespace` label (the model's repository, with
+/// `--model-namespacing`) right after `model`, which keeps the label names in alphabetical order.
+fn namespaced(namespace: &str, mut labels: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    if !namespace.is_empty() {
+        let at = labels.iter().position(|(k, _)| *k == "model").map_or(0, |i| i + 1);
+        labels.insert(at, ("namespace", namespace.to_string()));
+    }
+    labels
+}
+
 /// Copies every model's statistics and actor figures into the current recorder.
 fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) {
     for model in router.all() {
         let name = model.name().to_string();
         let version = model.version().to_string();
+        let ns = |labels: Vec<(&'static str, String)>| namespaced(&model.namespace, labels);
         // Label names in alphabetical order, as Triton writes them.
-        let labels = [("model", name.clone()), ("version", version.clone())];
+        let labels = ns(vec![("model", name.clone()), ("version", version.clone())]);
         let s = model.handle.stats.snapshot();
         counter!("nv_inference_request_success", &labels).absolute(s.success.0);
         for reason in ["REJECTED", "CANCELED", "BACKEND", "OTHER"] {
             let n = s.failures.get(reason).copied().unwrap_or(0);
-            let l = [("model", name.clone()), ("reason", reason.to_string()), ("version", version.clone())];
+            let l = ns(vec![("model", name.clone()), ("reason", reason.to_string()), ("version", version.clone())]);
             counter!("nv_inference_request_failure", &l).absolute(n);
         }
         counter!("nv_inference_count", &labels).absolute(s.inference_count);
@@ -140,18 +151,18 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
         counter!("tritium_batcher_batches_total", &labels).absolute(f.scheduler.batches);
         counter!("tritium_batcher_items_total", &labels).absolute(f.scheduler.items);
         for (i, (spec, inst)) in model.handle.policy.instances.iter().zip(&f.instances).enumerate() {
-            let l = [("instance", spec.name.clone()), ("model", name.clone()), ("version", version.clone())];
+            let l = ns(vec![("instance", spec.name.clone()), ("model", name.clone()), ("version", version.clone())]);
             let alive = f.supervisor.alive[i];
             gauge!("tritium_instance_alive", &l).set(if alive { 1.0 } else { 0.0 });
             counter!("tritium_instance_busy_us", &l).absolute(inst.busy_ns / 1000);
             counter!("tritium_instance_executions_total", &l).absolute(inst.executions);
             for cause in ExitCause::RESTARTED {
-                let l = [
+                let l = ns(vec![
                     ("cause", cause.as_str().to_string()),
                     ("instance", spec.name.clone()),
                     ("model", name.clone()),
                     ("version", version.clone()),
-                ];
+                ]);
                 counter!("tritium_instance_restarts_total", &l).absolute(f.supervisor.restarts[i].get(cause));
             }
             gauge!("tritium_instance_mailbox_depth", &l).set(inst.mailbox as f64);
@@ -199,7 +210,10 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
 fn histograms(router: &Router, out: &mut String) {
     let (mut sizes, mut delays, mut steps) = (Vec::new(), Vec::new(), Vec::new());
     for model in router.all() {
-        let labels = vec![("model", model.name().to_string()), ("version", model.version().to_string())];
+        let labels = namespaced(
+            &model.namespace,
+            vec![("model", model.name().to_string()), ("version", model.version().to_string())],
+        );
         let s = model.handle.figures.scheduler();
         sizes.push((labels.clone(), s.batch_size));
         delays.push((labels.clone(), s.batch_delay_us));
@@ -314,7 +328,7 @@ pub fn serve_with(
     let latency = Latency { recorder: install_latency_recorder(&config)?, first_responses: Arc::default() };
     // Each model version loaded from now on reports its requests to its latency families.
     let (families, first_responses) = (config.clone(), latency.first_responses.clone());
-    repository.observe_loads(Box::new(move |model: &str, version: i64, decoupled: bool| {
+    repository.observe_loads(Box::new(move |model: &ModelKey, version: i64, decoupled: bool| {
         latency::ModelLatency::new(&families, model, &version.to_string(), decoupled, &first_responses)
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
@@ -338,13 +352,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_namespace_label_follows_the_model_label_only_with_namespaces() {
+        let l = |v: &[(&'static str, &str)]| v.iter().map(|(k, v)| (*k, v.to_string())).collect::<Vec<_>>();
+        let labels = l(&[("instance", "i"), ("model", "m"), ("version", "1")]);
+        assert_eq!(namespaced("", labels.clone()), labels);
+        assert_eq!(
+            namespaced("/r1", labels),
+            l(&[("instance", "i"), ("model", "m"), ("namespace", "/r1"), ("version", "1")])
+        );
+    }
+
+    #[test]
     fn latency_families_render_as_tritons_summaries_and_histogram() {
         let config = MetricsConfig::parse(&["summary_latencies=true", "histogram_latencies=true"]).unwrap();
         let recorder = latency_builder(&config).unwrap().build_recorder();
         let first_responses = latency::FirstResponses::default();
         metrics::with_local_recorder(&recorder, || {
             latency::describe();
-            let m = ModelLatency::new(&config, "m", "1", true, &first_responses).unwrap();
+            let m = ModelLatency::new(&config, &ModelKey::new("", "m"), "1", true, &first_responses).unwrap();
             let t = |us: u64| Duration::from_micros(us);
             for i in 1..=4u64 {
                 m.success(&RequestTimes {

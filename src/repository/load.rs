@@ -186,7 +186,11 @@ fn prepare_versions(
                     let plan = g.plan();
                     let figures = Arc::new(crate::ensemble::StepFigures::new(&plan));
                     steps.insert(v, figures.clone());
-                    Arc::new(crate::ensemble::EnsembleFactory::new(plan, router.clone(), figures))
+                    let route = Arc::new(super::router::NamespaceRoute {
+                        router: router.clone(),
+                        namespace: dir.namespace.clone(),
+                    });
+                    Arc::new(crate::ensemble::EnsembleFactory::new(plan, route, figures))
                 }
                 None => backends::factory(&config, &dir.path, v, env)?,
             };
@@ -222,7 +226,7 @@ mod tests {
     fn a_malformed_override_fails_the_poll_and_a_wrong_name_too() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("m/1")).unwrap();
-        let model = ModelDir { name: "m".into(), path: dir.path().join("m") };
+        let model = ModelDir { name: "m".into(), namespace: String::new(), path: dir.path().join("m") };
         let settings = LoadSettings::default();
         let router = Arc::new(super::super::Router::default());
         for json in [r#""parameters": {"config": {{"max_batch_size": "16"}}}"#, r#"{"name":"other"}"#] {

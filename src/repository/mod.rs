@@ -2,6 +2,11 @@
 //! UNAVAILABLE, LOADING, UNLOADING) and reasons, loading and unloading them under the control
 //! modes none, explicit and poll, and keeping the router's view in step. A reload builds the
 //! new version beside the old one, which serves until the new one is ready, then drains.
+//!
+//! A model is a `ModelKey`: its name in a namespace. Without `--model-namespacing` there is one
+//! (empty) namespace and a name found in two repositories is refused; with it each repository
+//! is a namespace, records and loads are per key, and a load or unload by name acts on that
+//! name in every namespace (as Triton's repository API does).
 
 pub mod load;
 mod model;
@@ -19,10 +24,10 @@ use std::sync::{Arc, OnceLock};
 use actix::ArbiterHandle;
 use dashmap::DashMap;
 use load::LoadFailure;
-pub use model::{IndexEntry, LoadedModel};
+pub use model::{IndexEntry, LoadedModel, ModelKey};
 use parking_lot::Mutex;
 pub use router::Router;
-use scan::{fingerprint, ModelDir};
+use scan::{fingerprint, ModelDir, Scan};
 use tritium_actors::stats::StatsObserver;
 use tritium_actors::{Error, ModelHandle, Result};
 
@@ -87,6 +92,8 @@ pub struct RepositoryOptions {
     pub load_retries: u32,
     /// `--host-policy ...,cpu-cores=`: policy name → cores for instance threads.
     pub host_cores: BTreeMap<String, Vec<usize>>,
+    /// `--model-namespacing`: each repository is a namespace of its own.
+    pub namespacing: bool,
 }
 
 impl Default for RepositoryOptions {
@@ -101,6 +108,7 @@ impl Default for RepositoryOptions {
             load_threads: 4,
             load_retries: 0,
             host_cores: BTreeMap::new(),
+            namespacing: false,
         }
     }
 }
@@ -109,9 +117,9 @@ pub struct RepositoryManager {
     opts: RepositoryOptions,
     engine: ArbiterHandle,
     router: Arc<Router>,
-    records: Mutex<BTreeMap<String, Record>>,
+    records: Mutex<BTreeMap<ModelKey, Record>>,
     /// Serializes load and unload of one model.
-    locks: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    locks: DashMap<ModelKey, Arc<tokio::sync::Mutex<()>>>,
     /// Bounds the loads doing work at once (`--model-load-thread-count`). A load holds a permit
     /// while it reads its files and while its instances start, never while it waits for an
     /// ensemble's composing models, so nested loads cannot starve each other.
@@ -124,16 +132,16 @@ pub struct RepositoryManager {
 
 /// Makes the observer a loaded model version reports each request to, if it needs one:
 /// (model, version, decoupled).
-pub type ObserverFactory = Box<dyn Fn(&str, i64, bool) -> Option<Box<dyn StatsObserver>> + Send + Sync>;
+pub type ObserverFactory = Box<dyn Fn(&ModelKey, i64, bool) -> Option<Box<dyn StatsObserver>> + Send + Sync>;
 
 impl RepositoryManager {
     pub fn new(opts: RepositoryOptions, engine: ArbiterHandle) -> Self {
         RepositoryManager {
             load_permits: tokio::sync::Semaphore::new(opts.load_threads.max(1)),
             registered: registered::Registered::default(),
+            router: Arc::new(Router::new(opts.namespacing)),
             opts,
             engine,
-            router: Arc::new(Router::default()),
             records: Mutex::new(BTreeMap::new()),
             locks: DashMap::new(),
             startup_done: AtomicBool::new(false),
@@ -148,8 +156,8 @@ impl RepositoryManager {
     }
 
     /// Hands a freshly loaded version's requests to its observer, when it has one.
-    fn observed(&self, handle: ModelHandle, name: &str, version: i64, decoupled: bool) -> ModelHandle {
-        if let Some(observer) = self.observers.get().and_then(|make| make(name, version, decoupled)) {
+    fn observed(&self, handle: ModelHandle, key: &ModelKey, version: i64, decoupled: bool) -> ModelHandle {
+        if let Some(observer) = self.observers.get().and_then(|make| make(key, version, decoupled)) {
             handle.stats.set_observer(observer);
         }
         handle
@@ -160,8 +168,8 @@ impl RepositoryManager {
     }
 
     /// The model folders of the command line's repositories and the registered ones.
-    fn scan(&self) -> (BTreeMap<String, ModelDir>, BTreeMap<String, String>) {
-        self.registered.scan_with(&self.opts.repositories)
+    fn scan(&self) -> Scan {
+        self.registered.scan_with(&self.opts.repositories, self.opts.namespacing)
     }
 
     /// Registers a repository while running; `rename` serves one of its folders under another
@@ -190,13 +198,15 @@ impl RepositoryManager {
             .all(|r| !r.versions.is_empty() && r.versions.values().all(|(s, _)| *s == ModelState::Ready))
     }
 
-    fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.entry(name.to_string()).or_default().clone()
+    fn lock_for(&self, key: &ModelKey) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.entry(key.clone()).or_default().clone()
     }
 
-    fn set_record(&self, name: &str, f: impl FnOnce(&mut Record)) {
+    /// Changes a model's record (making one, and the model known to the router, if needed).
+    fn set_record(&self, key: &ModelKey, f: impl FnOnce(&mut Record)) {
+        self.router.know(key);
         let mut records = self.records.lock();
-        let r = records.entry(name.to_string()).or_insert_with(|| Record {
+        let r = records.entry(key.clone()).or_insert_with(|| Record {
             versions: BTreeMap::new(),
             state: ModelState::Unavailable,
             reason: String::new(),
@@ -211,18 +221,18 @@ impl RepositoryManager {
     pub async fn load_startup(&self, load_models: &[String]) -> Vec<(String, String)> {
         let (found, errors) = self.scan();
         let mut failed: Vec<(String, String)> = Vec::new();
-        for (name, reason) in errors {
-            tracing::error!("failed to load '{name}': {reason}");
-            failed.push((name.clone(), reason.clone()));
-            self.set_record(&name, |r| {
+        for (key, reason) in errors {
+            tracing::error!("failed to load '{key}': {reason}");
+            failed.push((key.to_string(), reason.clone()));
+            self.set_record(&key, |r| {
                 r.state = ModelState::Unavailable;
                 r.reason = reason;
                 r.wanted = true;
             });
         }
-        let names: Vec<String> = match self.opts.mode {
-            ControlMode::Explicit if !load_models.iter().any(|m| m == "*") => load_models.to_vec(),
-            _ => found.keys().cloned().collect(),
+        let names: BTreeSet<String> = match self.opts.mode {
+            ControlMode::Explicit if !load_models.iter().any(|m| m == "*") => load_models.iter().cloned().collect(),
+            _ => found.keys().map(|k| k.name.clone()).collect(),
         };
         let loads = names.iter().map(|n| async move {
             let result = self.load(n, None, Vec::new()).await;
@@ -259,56 +269,84 @@ impl RepositoryManager {
         }
     }
 
-    /// Loads (or reloads) a model; the versions it had keep serving until the new ones are
-    /// ready, then drain. With `files` (Triton's `file:` parameters) the model is loaded from
-    /// those files and `config_json` instead of its folder. A failure answers Triton's text
-    /// ("failed to load '<m>', failed to poll from model repository" or "load failed for model
-    /// '<m>': ...") followed by the cause, which the index shows as the reason. A failed load of
-    /// a folder is tried again `--model-load-retry-count` times.
+    /// Loads (or reloads) a model: the folder of that name in every repository (with
+    /// `--model-namespacing`, one model per namespace, as Triton loads them all); the versions
+    /// it had keep serving until the new ones are ready, then drain. With `files` (Triton's
+    /// `file:` parameters) the model is loaded from those files and `config_json` instead of its
+    /// folder, in the empty namespace (as Triton). A failure answers Triton's text ("failed to
+    /// load '<m>', failed to poll from model repository" or "load failed for model '<m>': ...")
+    /// followed by the cause, which the index shows as the reason; with several namespaces, the
+    /// first failure. A failed load of a folder is tried again `--model-load-retry-count` times.
     pub async fn load(&self, name: &str, config_json: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<()> {
-        let lock = self.lock_for(name);
-        let _guard = lock.lock().await;
-        let (found, errors) = self.scan();
-        let result = if !files.is_empty() {
+        if !files.is_empty() {
+            let key = ModelKey::new(String::new(), name);
+            let lock = self.lock_for(&key);
+            let _guard = lock.lock().await;
             // Model files can be large: write them off the event loop.
             let (model, has_config) = (name.to_string(), config_json.is_some());
             let written = tokio::task::spawn_blocking(move || overrides::materialize(&model, has_config, &files))
                 .await
                 .unwrap_or_else(|e| Err(Error::internal(format!("writing the files of model '{name}' panicked: {e}"))));
-            match written {
+            let result = match written {
                 Ok(o) => self.load_dir(o.dir, config_json, Some(o.keep)).await,
                 Err(e) => Err(LoadFailure::poll(e)),
+            };
+            return self.record_failure(&key, result);
+        }
+        let (found, errors) = self.scan();
+        let keys: BTreeSet<&ModelKey> = found.keys().chain(errors.keys()).filter(|k| k.name == name).collect();
+        if keys.is_empty() {
+            // Triton's answer (500) for a model no repository has; nothing to record.
+            return Err(Error::internal(format!("failed to load '{name}', failed to poll from model repository")));
+        }
+        let mut first_error = None;
+        for key in keys {
+            if let Err(e) = self.load_key(key, config_json.clone()).await {
+                first_error.get_or_insert(e);
             }
-        } else {
-            match (found.get(name), errors.get(name)) {
-                (_, Some(reason)) => Err(LoadFailure::poll(Error::invalid(reason.clone()))),
-                // Triton's answer (500) for a model no repository has; nothing to record.
-                (None, None) => {
-                    return Err(Error::internal(format!(
-                        "failed to load '{name}', failed to poll from model repository"
-                    )))
-                }
-                (Some(dir), None) => {
-                    let mut attempt = 0;
-                    loop {
-                        match self.load_dir(dir.clone(), config_json.clone(), None).await {
-                            Err(f) if attempt < self.opts.load_retries => {
-                                attempt += 1;
-                                tracing::warn!(
-                                    "failed to load '{name}': {}; retrying ({attempt} of {})",
-                                    f.cause.message,
-                                    self.opts.load_retries
-                                );
-                            }
-                            other => break other,
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Loads (or reloads) one model from its folder, as the repositories hold it now.
+    async fn load_key(&self, key: &ModelKey, config_json: Option<String>) -> Result<()> {
+        let lock = self.lock_for(key);
+        let _guard = lock.lock().await;
+        let (found, errors) = self.scan();
+        let result = match (found.get(key), errors.get(key)) {
+            (_, Some(reason)) => Err(LoadFailure::poll(Error::invalid(reason.clone()))),
+            // Gone from its repository since the caller looked.
+            (None, None) => {
+                return Err(Error::internal(format!(
+                    "failed to load '{}', failed to poll from model repository",
+                    key.name
+                )))
+            }
+            (Some(dir), None) => {
+                let mut attempt = 0;
+                loop {
+                    match self.load_dir(dir.clone(), config_json.clone(), None).await {
+                        Err(f) if attempt < self.opts.load_retries => {
+                            attempt += 1;
+                            tracing::warn!(
+                                "failed to load '{key}': {}; retrying ({attempt} of {})",
+                                f.cause.message,
+                                self.opts.load_retries
+                            );
                         }
+                        other => break other,
                     }
                 }
             }
         };
+        self.record_failure(key, result)
+    }
+
+    /// Records a failed load in the model's record, and answers the load with Triton's text.
+    fn record_failure(&self, key: &ModelKey, result: Result<(), LoadFailure>) -> Result<()> {
         if let Err(f) = &result {
             let reason = f.cause.message.clone();
-            self.set_record(name, |r| {
+            self.set_record(key, |r| {
                 r.wanted = true;
                 if r.versions.is_empty() || r.versions.values().all(|(s, _)| *s != ModelState::Ready) {
                     r.state = ModelState::Unavailable;
@@ -328,7 +366,7 @@ impl RepositoryManager {
                 }
             });
         }
-        result.map_err(|f| f.into_error(name))
+        result.map_err(|f| f.into_error(&key.to_string()))
     }
 
     /// One of the `--model-load-thread-count` permits.
@@ -345,9 +383,9 @@ impl RepositoryManager {
         config_json: Option<String>,
         files: Option<Arc<tempfile::TempDir>>,
     ) -> Result<(), LoadFailure> {
-        let name = dir.name.clone();
+        let key = dir.key();
         let fp = fingerprint(&dir.path);
-        self.set_record(&name, |r| {
+        self.set_record(&key, |r| {
             r.fingerprint = Some(fp);
             r.wanted = true;
             r.state = ModelState::Loading;
@@ -366,22 +404,19 @@ impl RepositoryManager {
         };
         let router = self.router.clone();
         let permit = self.acquire_load_permit().await?;
-        tracing::info!("loading '{name}'");
+        tracing::info!("loading '{key}'");
         let prepared =
             tokio::task::spawn_blocking(move || load::prepare(&dir, config_json.as_deref(), &settings, router))
                 .await
                 .map_err(|e| {
-                    LoadFailure::load(None, Error::internal(format!("loading model '{name}' panicked: {e}")))
+                    LoadFailure::load(None, Error::internal(format!("loading model '{}' panicked: {e}", key.name)))
                 })??;
         drop(permit);
         let latest = prepared.versions.last().map(|(p, _)| p.version);
         let composing = match &prepared.graph {
             Some(graph) => {
-                self.load_composing(graph).await.map_err(|e| LoadFailure::load(latest, e))?;
-                let router = self.router.clone();
-                graph
-                    .check_models(|m, v| router.get(m, v).map(|l| l.handle.policy.clone()))
-                    .map_err(|e| LoadFailure::load(latest, e))?;
+                self.load_composing(graph, &key.namespace).await.map_err(|e| LoadFailure::load(latest, e))?;
+                self.check_composing(&key, graph, latest)?;
                 graph.composing()
             }
             None => Vec::new(),
@@ -390,7 +425,7 @@ impl RepositoryManager {
         let mut started: Vec<(i64, Arc<LoadedModel>)> = Vec::new();
         for (policy, factory) in prepared.versions {
             let version = policy.version;
-            self.set_record(&name, |r| {
+            self.set_record(&key, |r| {
                 r.versions.entry(version).or_insert((ModelState::Loading, String::new()));
             });
             let decoupled = policy.decoupled;
@@ -398,7 +433,8 @@ impl RepositoryManager {
                 Ok(handle) => started.push((
                     version,
                     Arc::new(LoadedModel {
-                        handle: self.observed(handle, &name, version, decoupled),
+                        namespace: key.namespace.clone(),
+                        handle: self.observed(handle, &key, version, decoupled),
                         config: prepared.config.clone(),
                         labels: prepared.labels.clone(),
                         composing: composing.clone(),
@@ -410,7 +446,7 @@ impl RepositoryManager {
                     for (_, m) in &started {
                         m.handle.unload().await;
                     }
-                    self.set_record(&name, |r| {
+                    self.set_record(&key, |r| {
                         r.versions.insert(version, (ModelState::Unavailable, e.message.clone()));
                     });
                     return Err(LoadFailure::load(Some(version), e));
@@ -418,9 +454,9 @@ impl RepositoryManager {
             }
         }
         let new_versions: BTreeSet<i64> = started.iter().map(|(v, _)| *v).collect();
-        let old = self.router.current(&name);
-        self.router.set(&name, started.into_iter().collect());
-        self.set_record(&name, |r| {
+        let old = self.router.current(&key);
+        self.router.set(&key, started.into_iter().collect());
+        self.set_record(&key, |r| {
             r.state = ModelState::Ready;
             r.reason.clear();
             r.versions.retain(|v, _| new_versions.contains(v) || old.contains_key(v));
@@ -431,7 +467,7 @@ impl RepositoryManager {
                 r.versions.insert(*v, (ModelState::Unavailable, "unloaded".into()));
             }
         });
-        tracing::info!("successfully loaded '{name}' version(s) {new_versions:?}");
+        tracing::info!("successfully loaded '{key}' version(s) {new_versions:?}");
         // The replaced handles finish what they hold, then stop.
         for (_, m) in old {
             m.handle.unload().await;
@@ -439,20 +475,41 @@ impl RepositoryManager {
         Ok(())
     }
 
-    /// Loads the composing models of an ensemble that are not loaded yet (as Triton does). A
-    /// composing model that is itself an ensemble must be loaded first.
-    async fn load_composing(&self, graph: &crate::ensemble::Graph) -> Result<()> {
+    /// The folders an ensemble in `namespace` may mean by a step's model name: the one in its
+    /// own namespace, else the only one of that name (none when the name is ambiguous).
+    fn composing_dirs(&self, namespace: &str, model: &str) -> Vec<ModelDir> {
+        let (found, _) = self.scan();
+        if let Some(dir) = found.get(&ModelKey::new(namespace, model)) {
+            return vec![dir.clone()];
+        }
+        let named: Vec<ModelDir> = found.into_values().filter(|d| d.name == model).collect();
+        if named.len() == 1 {
+            named
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Loads the composing models of an ensemble that are not loaded yet (as Triton does),
+    /// resolving each in the ensemble's namespace first. A composing model that is itself an
+    /// ensemble must be loaded first.
+    async fn load_composing(&self, graph: &crate::ensemble::Graph, namespace: &str) -> Result<()> {
+        let loaded = |model: &str, version: Option<i64>| {
+            self.router.resolve_in(namespace, model).and_then(|k| self.router.get_in(&k, version)).is_ok()
+        };
         for (model, version) in graph.composing() {
-            if self.router.get(&model, version).is_ok() {
+            if loaded(&model, version) {
                 continue;
             }
+            let dirs = self.composing_dirs(namespace, &model);
             // A load of it may be running (at startup every model loads at once): wait for it.
-            drop(self.lock_for(&model).lock().await);
-            if self.router.get(&model, version).is_ok() {
+            for dir in &dirs {
+                drop(self.lock_for(&dir.key()).lock().await);
+            }
+            if loaded(&model, version) {
                 continue;
             }
-            let (found, _) = self.scan();
-            if let Some(dir) = found.get(&model) {
+            for dir in &dirs {
                 let config_file = load::config_path(&dir.path, self.opts.config_name.as_deref());
                 let text = std::fs::read_to_string(config_file).unwrap_or_default();
                 if text.contains("ensemble_scheduling") {
@@ -462,7 +519,13 @@ impl RepositoryManager {
                     )));
                 }
             }
-            Box::pin(self.load(&model, None, Vec::new())).await.map_err(|e| {
+            let result = match dirs.first() {
+                Some(dir) => Box::pin(self.load_key(&dir.key(), None)).await,
+                // No folder, or one in each of several namespaces: the load of the name says
+                // which.
+                None => Box::pin(self.load(&model, None, Vec::new())).await,
+            };
+            result.map_err(|e| {
                 Error::new(
                     e.kind,
                     format!("ensemble '{}': composing model '{model}' failed to load: {}", graph.name, e.message),
@@ -472,19 +535,58 @@ impl RepositoryManager {
         Ok(())
     }
 
-    /// Stops taking requests for a model, lets in-flight ones finish, then stops its actors.
-    pub async fn unload(&self, name: &str) -> Result<()> {
-        let lock = self.lock_for(name);
-        let _guard = lock.lock().await;
-        let known = self.records.lock().contains_key(name);
-        let (found, _) = self.scan();
-        if !known && !found.contains_key(name) {
-            // Triton answers 200 to unloading a model it does not have.
-            return Ok(());
+    /// Every step's model resolves (Triton's text when one does not: "ensemble <key> contains
+    /// models that are not available or ambiguous: <names>"), and the graph's tensors agree
+    /// with the models' inputs and outputs.
+    fn check_composing(
+        &self,
+        key: &ModelKey,
+        graph: &crate::ensemble::Graph,
+        latest: Option<i64>,
+    ) -> Result<(), LoadFailure> {
+        let router = &self.router;
+        let mut missing: Vec<String> = graph
+            .composing()
+            .into_iter()
+            .filter(|(m, _)| router.resolve_in(&key.namespace, m).is_err())
+            .map(|(m, _)| m)
+            .collect();
+        missing.dedup();
+        if !missing.is_empty() {
+            return Err(LoadFailure::load(
+                None,
+                Error::invalid(format!(
+                    "ensemble {key} contains models that are not available or ambiguous: {}",
+                    missing.join(", ")
+                )),
+            ));
         }
-        let old = self.router.current(name);
-        self.router.set(name, BTreeMap::new());
-        self.set_record(name, |r| {
+        graph
+            .check_models(|m, v| {
+                router.resolve_in(&key.namespace, m).and_then(|k| router.get_in(&k, v)).map(|l| l.handle.policy.clone())
+            })
+            .map_err(|e| LoadFailure::load(latest, e))
+    }
+
+    /// Stops taking requests for a model (in every namespace that has it), lets in-flight ones
+    /// finish, then stops its actors.
+    pub async fn unload(&self, name: &str) -> Result<()> {
+        let (found, _) = self.scan();
+        let mut keys: BTreeSet<ModelKey> = self.records.lock().keys().filter(|k| k.name == name).cloned().collect();
+        keys.extend(found.into_keys().filter(|k| k.name == name));
+        // Triton answers 200 to unloading a model it does not have.
+        for key in keys {
+            self.unload_key(&key).await;
+        }
+        Ok(())
+    }
+
+    async fn unload_key(&self, key: &ModelKey) {
+        let lock = self.lock_for(key);
+        let _guard = lock.lock().await;
+        let old = self.router.current(key);
+        self.router.set(key, BTreeMap::new());
+        self.set_record(key, |r| {
             r.wanted = false;
             for v in old.keys() {
                 r.versions.insert(*v, (ModelState::Unloading, String::new()));
@@ -493,58 +595,70 @@ impl RepositoryManager {
         for m in old.values() {
             m.handle.unload().await;
         }
-        self.set_record(name, |r| {
+        self.set_record(key, |r| {
             r.state = ModelState::Unavailable;
             r.reason = "unloaded".into();
             for v in r.versions.values_mut() {
                 *v = (ModelState::Unavailable, "unloaded".into());
             }
         });
-        tracing::info!("successfully unloaded '{name}'");
-        Ok(())
+        if self.opts.namespacing {
+            // The name no longer counts in that namespace (Triton drops the identifier).
+            self.router.forget(key);
+        }
+        tracing::info!("successfully unloaded '{key}'");
     }
 
     /// Poll mode: load new models, reload changed ones, unload removed ones.
     pub async fn poll_once(&self) {
         let (found, errors) = self.scan();
-        let mut todo: Vec<(String, bool)> = Vec::new();
+        let mut todo: Vec<(ModelKey, bool)> = Vec::new();
         {
             let records = self.records.lock();
-            for (name, dir) in &found {
-                let changed = records.get(name).map(|r| r.fingerprint != Some(fingerprint(&dir.path))).unwrap_or(true);
+            for (key, dir) in &found {
+                // New, changed, or back after it was removed (and unloaded).
+                let changed = records
+                    .get(key)
+                    .map(|r| !r.wanted || r.fingerprint != Some(fingerprint(&dir.path)))
+                    .unwrap_or(true);
                 if changed {
-                    todo.push((name.clone(), true));
+                    todo.push((key.clone(), true));
                 }
             }
-            for (name, r) in records.iter() {
-                if !found.contains_key(name) && !errors.contains_key(name) && r.wanted {
-                    todo.push((name.clone(), false));
+            for (key, r) in records.iter() {
+                if !found.contains_key(key) && !errors.contains_key(key) && r.wanted {
+                    todo.push((key.clone(), false));
                 }
             }
         }
-        for (name, load) in todo {
-            let result = if load { self.load(&name, None, Vec::new()).await } else { self.unload(&name).await };
-            if let Err(e) = result {
-                tracing::error!("poll: '{name}': {e}");
+        for (key, load) in todo {
+            if load {
+                if let Err(e) = self.load_key(&key, None).await {
+                    tracing::error!("poll: '{key}': {e}");
+                }
+            } else {
+                self.unload_key(&key).await;
             }
         }
     }
 
     /// Unloads every model (server shutdown).
     pub async fn unload_all(&self) {
-        let names: Vec<String> = self.records.lock().keys().cloned().collect();
-        let unloads = names.iter().map(|n| self.unload(n));
+        let keys: Vec<ModelKey> = self.records.lock().keys().cloned().collect();
+        let unloads = keys.iter().map(|k| self.unload_key(k));
         futures::future::join_all(unloads).await;
     }
 
-    /// `POST /v2/repository/index`: every model on disk or known, with its versions' states.
+    /// `POST /v2/repository/index`: every model on disk or known, with its versions' states;
+    /// with namespaces, a name once per namespace that has it.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let (found, _) = self.scan();
         let records = self.records.lock();
-        let names: BTreeSet<&String> = found.keys().chain(records.keys()).collect();
+        let keys: BTreeSet<&ModelKey> = found.keys().chain(records.keys()).collect();
         let mut out = Vec::new();
-        for name in names {
-            match records.get(name) {
+        for key in keys {
+            let name = &key.name;
+            match records.get(key) {
                 None => out.push(IndexEntry {
                     name: name.clone(),
                     version: None,

@@ -1,14 +1,42 @@
-//! What the repository holds and reports: a ready model version (`LoadedModel`: its engine
-//! handle with the config, labels and composing models it was loaded with) and one row of the
-//! repository index (`IndexEntry`).
+//! What the repository holds and reports: a model's identity (`ModelKey`: its namespace and
+//! name), a ready model version (`LoadedModel`: its engine handle with the config, labels and
+//! composing models it was loaded with) and one row of the repository index (`IndexEntry`).
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use tritium_actors::ensemble::StepFigures;
 use tritium_actors::ModelHandle;
 
 use crate::config::ModelConfig;
+
+/// Which model: its name within a namespace. With `--model-namespacing=true` each repository is
+/// a namespace named by its path as given (Triton's `ModelIdentifier`), so one name can be
+/// served from several repositories; without it every model is in the empty namespace. Sorted
+/// by namespace, then name, as Triton's index lists them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ModelKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ModelKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ModelKey { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+/// `<namespace>::<name>`, or the name alone in the empty namespace (as Triton writes it).
+impl fmt::Display for ModelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}::{}", self.namespace, self.name)
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -21,6 +49,8 @@ pub struct IndexEntry {
 
 /// A ready model version: its engine handle and the config it was loaded with.
 pub struct LoadedModel {
+    /// The namespace it was loaded in (empty without `--model-namespacing`).
+    pub namespace: String,
     pub handle: ModelHandle,
     pub config: ModelConfig,
     /// Output name → the lines of its `label_filename`, for the classification extension.
@@ -38,6 +68,10 @@ pub struct LoadedModel {
 impl LoadedModel {
     pub fn name(&self) -> &str {
         &self.handle.policy.name
+    }
+
+    pub fn key(&self) -> ModelKey {
+        ModelKey::new(self.namespace.clone(), self.name())
     }
 
     pub fn version(&self) -> i64 {

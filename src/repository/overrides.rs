@@ -57,7 +57,10 @@ pub fn materialize(name: &str, has_config: bool, files: &[(String, Vec<u8>)]) ->
         }
         std::fs::write(&path, content).map_err(|e| invalid(key, e))?;
     }
-    Ok(OverrideDir { dir: ModelDir { name: name.to_string(), path: root }, keep: Arc::new(keep) })
+    Ok(OverrideDir {
+        dir: ModelDir { name: name.to_string(), namespace: String::new(), path: root },
+        keep: Arc::new(keep),
+    })
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
 //! Repositories registered while the server runs (Triton's `RegisterModelRepository`, which
 //! the SageMaker multi-model routes use): each is scanned beside the command line's, and may
 //! serve one of its model folders under another name (SageMaker's target model). A name found
-//! twice is an error for that name, as between any two repositories.
+//! twice is an error for that name, as between any two repositories, unless
+//! `--model-namespacing` gives each repository a namespace of its own.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 use tritium_actors::{Error, ErrorKind, Result};
 
-use super::scan::{scan, ModelDir};
+use super::scan::{insert_unique, scan, Scan};
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -50,33 +50,24 @@ impl Registered {
         Ok(())
     }
 
-    /// The model folders of `base` and of every registered repository, and the names in error.
-    pub fn scan_with(&self, base: &[PathBuf]) -> (BTreeMap<String, ModelDir>, BTreeMap<String, String>) {
-        let (mut found, mut errors) = scan(base);
+    /// The model folders of `base` and of every registered repository, and the keys in error.
+    /// With `namespacing` a registered repository is a namespace of its own, named by its path.
+    pub fn scan_with(&self, base: &[PathBuf], namespacing: bool) -> Scan {
+        let (mut found, mut errors) = scan(base, namespacing);
         for entry in self.entries.lock().iter() {
-            let (dirs, errs) = scan(std::slice::from_ref(&entry.path));
+            let (dirs, errs) = scan(std::slice::from_ref(&entry.path), namespacing);
             errors.extend(errs);
-            for (folder, mut dir) in dirs {
+            for (_, mut dir) in dirs {
                 if let Some((from, to)) = &entry.rename {
-                    if &folder == from {
+                    if &dir.name == from {
                         dir.name = to.clone();
                     }
                 }
-                if let Some(prev) = found.get(&dir.name) {
-                    let reason = format!(
-                        "model '{}' appears in two repositories: {} and {}",
-                        dir.name,
-                        prev.path.display(),
-                        dir.path.display()
-                    );
-                    errors.insert(dir.name.clone(), reason);
-                    continue;
-                }
-                found.insert(dir.name.clone(), dir);
+                insert_unique(&mut found, &mut errors, dir);
             }
         }
-        for name in errors.keys() {
-            found.remove(name);
+        for key in errors.keys() {
+            found.remove(key);
         }
         (found, errors)
     }
@@ -85,6 +76,7 @@ impl Registered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::repository::ModelKey;
 
     #[test]
     fn registered_repositories_join_the_scan_with_their_renames() {
@@ -97,13 +89,16 @@ mod tests {
         r.register(extra.path(), Some(("model".into(), "target".into()))).unwrap();
         let err = r.register(extra.path(), None).unwrap_err();
         assert_eq!(err.kind, ErrorKind::AlreadyExists);
-        let (found, errors) = r.scan_with(&[base.path().to_path_buf()]);
+        let (found, errors) = r.scan_with(&[base.path().to_path_buf()], false);
         assert!(errors.is_empty());
-        assert_eq!(found.keys().collect::<Vec<_>>(), ["a", "helper", "target"]);
-        assert_eq!(found["target"].path, extra.path().join("model"));
+        assert_eq!(found.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["a", "helper", "target"]);
+        assert_eq!(found[&ModelKey::new("", "target")].path, extra.path().join("model"));
+        let (found, _) = r.scan_with(&[base.path().to_path_buf()], true);
+        let target = ModelKey::new(extra.path().display().to_string(), "target");
+        assert_eq!(found[&target].path, extra.path().join("model"));
         r.unregister(extra.path()).unwrap();
         assert!(r.unregister(extra.path()).is_err());
-        assert_eq!(r.scan_with(&[base.path().to_path_buf()]).0.len(), 1);
+        assert_eq!(r.scan_with(&[base.path().to_path_buf()], false).0.len(), 1);
         assert!(r.register(&base.path().join("nope"), None).is_err());
     }
 }

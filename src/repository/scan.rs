@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use tritium_actors::{Error, Result};
 
+use super::model::ModelKey;
 use crate::proto::inference::model_version_policy::PolicyChoice;
 use crate::proto::inference::ModelVersionPolicy;
 
@@ -14,41 +15,75 @@ use crate::proto::inference::ModelVersionPolicy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelDir {
     pub name: String,
+    /// Its repository's path with `--model-namespacing=true`, else empty.
+    pub namespace: String,
     pub path: PathBuf,
 }
 
-/// Lists the model folders of all repositories. A name found in two repositories is an
-/// error for that name (Triton refuses to guess), reported in the second map.
-pub fn scan(repositories: &[PathBuf]) -> (BTreeMap<String, ModelDir>, BTreeMap<String, String>) {
-    let mut found: BTreeMap<String, ModelDir> = BTreeMap::new();
+impl ModelDir {
+    pub fn key(&self) -> ModelKey {
+        ModelKey::new(self.namespace.clone(), self.name.clone())
+    }
+}
+
+/// The namespace of a repository's models: its path as given with `--model-namespacing=true`
+/// (as Triton names it), else the one empty namespace.
+pub fn namespace_of(repository: &Path, namespacing: bool) -> String {
+    if namespacing {
+        repository.display().to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// What a scan found: the model folders by key, and the keys in error with their reasons.
+pub type Scan = (BTreeMap<ModelKey, ModelDir>, BTreeMap<ModelKey, String>);
+
+/// Adds `dir` to `found`, unless its key is there already: then the key is an error (Triton
+/// refuses to guess which folder is meant), reported in `errors`, and neither folder is used.
+pub fn insert_unique(found: &mut BTreeMap<ModelKey, ModelDir>, errors: &mut BTreeMap<ModelKey, String>, dir: ModelDir) {
+    let key = dir.key();
+    if let Some(prev) = found.get(&key) {
+        let reason = format!(
+            "model '{}' appears in two repositories: {} and {}",
+            key.name,
+            prev.path.display(),
+            dir.path.display()
+        );
+        errors.insert(key, reason);
+        return;
+    }
+    found.insert(key, dir);
+}
+
+/// Lists the model folders of all repositories (a repository given twice is read once). A
+/// name found in two repositories is an error for that name, unless `namespacing` puts each
+/// repository in a namespace of its own.
+pub fn scan(repositories: &[PathBuf], namespacing: bool) -> Scan {
+    let mut found = BTreeMap::new();
     let mut errors = BTreeMap::new();
+    let mut seen: Vec<&PathBuf> = Vec::new();
     for repo in repositories {
+        if seen.contains(&repo) {
+            continue;
+        }
+        seen.push(repo);
         let Ok(entries) = std::fs::read_dir(repo) else {
             tracing::error!("cannot read model repository {}", repo.display());
             continue;
         };
+        let namespace = namespace_of(repo, namespacing);
         for entry in entries.flatten() {
             let path = entry.path();
             let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else { continue };
             if !path.is_dir() || name.starts_with('.') {
                 continue;
             }
-            if let Some(prev) = found.get(&name) {
-                errors.insert(
-                    name.clone(),
-                    format!(
-                        "model '{name}' appears in two repositories: {} and {}",
-                        prev.path.display(),
-                        path.display()
-                    ),
-                );
-                continue;
-            }
-            found.insert(name.clone(), ModelDir { name, path });
+            insert_unique(&mut found, &mut errors, ModelDir { name, namespace: namespace.clone(), path });
         }
     }
-    for name in errors.keys() {
-        found.remove(name);
+    for key in errors.keys() {
+        found.remove(key);
     }
     (found, errors)
 }
@@ -172,8 +207,8 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("a/10")).unwrap();
         std::fs::create_dir_all(dir.path().join("a/notaversion")).unwrap();
         std::fs::create_dir_all(dir.path().join("b")).unwrap();
-        let (found, errors) = scan(&[dir.path().to_path_buf()]);
-        assert_eq!(found.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+        let (found, errors) = scan(&[dir.path().to_path_buf()], false);
+        assert_eq!(found.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
         assert!(errors.is_empty());
         assert_eq!(versions_on_disk(&dir.path().join("a")), vec![1, 10]);
         let before = fingerprint(&dir.path().join("a"));
@@ -187,8 +222,28 @@ mod tests {
         let r2 = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(r1.path().join("m")).unwrap();
         std::fs::create_dir_all(r2.path().join("m")).unwrap();
-        let (found, errors) = scan(&[r1.path().to_path_buf(), r2.path().to_path_buf()]);
+        let (found, errors) = scan(&[r1.path().to_path_buf(), r2.path().to_path_buf()], false);
         assert!(found.is_empty());
-        assert!(errors["m"].contains("two repositories"));
+        assert!(errors[&ModelKey::new("", "m")].contains("two repositories"));
+    }
+
+    #[test]
+    fn with_namespacing_each_repository_keeps_its_own_model_of_a_name() {
+        let r1 = tempfile::tempdir().unwrap();
+        let r2 = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(r1.path().join("m")).unwrap();
+        std::fs::create_dir_all(r2.path().join("m")).unwrap();
+        let repos = [r1.path().to_path_buf(), r2.path().to_path_buf(), r1.path().to_path_buf()];
+        let (found, errors) = scan(&repos, true);
+        assert!(errors.is_empty(), "{errors:?}");
+        let keys: Vec<ModelKey> = found.keys().cloned().collect();
+        let mut want = vec![
+            ModelKey::new(r1.path().display().to_string(), "m"),
+            ModelKey::new(r2.path().display().to_string(), "m"),
+        ];
+        want.sort();
+        assert_eq!(keys, want);
+        assert_eq!(found[&want[0]].path.parent().unwrap().display().to_string(), want[0].namespace);
+        assert_eq!(want[0].to_string(), format!("{}::m", want[0].namespace));
     }
 }
