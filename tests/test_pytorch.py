@@ -319,31 +319,3 @@ def test_silero_vad_torchscript_matches_the_onnx_model(torch_server):
         np.testing.assert_allclose(mine, expected[cid], atol=1e-4, err_msg=cid)
     print(f"silero_vad_torch vs ONNX: max abs difference {worst:.2e}")
 
-
-def test_a_gpu_instance_without_cuda_fails_its_load_with_the_reason(start_server, repo_copy):
-    """On a machine whose libtorch has no CUDA (this one: the CPU libtorch from PyPI), a KIND_GPU
-    PyTorch model fails to load, saying why CUDA is off; KIND_AUTO runs on the CPU; others serve."""
-    repo = repo_copy(["torch_add_sub"])
-    config = (repo / "torch_add_sub" / "config.pbtxt").read_text()
-    for name, group in (("torch_gpu", "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]"),
-                        ("torch_auto", "instance_group [ { kind: KIND_AUTO } ]")):
-        folder = repo / name
-        (folder / "1").mkdir(parents=True)
-        (folder / "1" / "model.pt").write_bytes((repo / "torch_add_sub" / "1" / "model.pt").read_bytes())
-        text = config.replace('name: "torch_add_sub"', f'name: "{name}"')
-        text = "\n".join(line for line in text.splitlines() if not line.startswith("instance_group"))
-        (folder / "config.pbtxt").write_text(text + "\n" + group + "\n")
-    srv = start_server(repo, args=["--model-control-mode", "explicit", "--load-model", "torch_add_sub"])
-    c = srv.client
-    with pytest.raises(InferenceServerException) as info:
-        c.load_model("torch_gpu")
-    message = info.value.message()
-    assert "asks for GPU 0, but CUDA is off" in message and "libtorch_cuda.so does not exist" in message, message
-    c.load_model("torch_auto")
-    kinds = [g["kind"] for g in c.get_model_config("torch_auto")["instance_group"]]
-    assert kinds == ["KIND_CPU"], kinds
-    a = np.ones((1, 16), dtype=np.float32)
-    for name in ("torch_add_sub", "torch_auto"):
-        res = c.infer(name, add_sub_inputs(httpclient, a, a))
-        np.testing.assert_array_equal(res.as_numpy("OUTPUT__0"), a + a)
-    assert "CUDA off for PyTorch models" in srv.log_path.read_text(errors="replace")

@@ -115,6 +115,7 @@ pub fn factory(
                     .filter(|(k, _)| k.starts_with("session."))
                     .map(|(k, v)| (k.clone(), v.string_value.trim().to_string()))
                     .collect(),
+                gpu: onnx::OnnxGpu::from_config(config)?,
             };
             Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
         }

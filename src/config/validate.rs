@@ -128,15 +128,16 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
         if group.count < 1 {
             return Err(invalid(config, format!("instance group '{}' must have 'count' >= 1", group.name)));
         }
-        // Normalization turns KIND_AUTO into KIND_GPU only for a backend that can use a GPU here
-        // (PyTorch with CUDA on): a KIND_GPU left on another backend is one the config asks for.
-        // A PyTorch model's GPU instances are checked when made (CUDA on, the GPU exists).
-        if group.kind == crate::config::model_instance_group::Kind::Gpu as i32 && config.backend != "pytorch" {
+        // Normalization turns KIND_AUTO into KIND_GPU only for a backend that can use a GPU here.
+        // PyTorch and ONNX models check their GPU instances when making them (CUDA on, the
+        // provider in the ONNX Runtime library); every other backend runs on the CPU only.
+        let gpu_backend = matches!(config.backend.as_str(), "pytorch" | "onnxruntime");
+        if group.kind == crate::config::model_instance_group::Kind::Gpu as i32 && !gpu_backend {
             let ids: Vec<String> = group.gpus.iter().map(|g| g.to_string()).collect();
             return Err(invalid(
                 config,
                 format!(
-                    "instance group '{}' asks for KIND_GPU (gpus [{}]), but this Tritium build runs '{}' models on the CPU only (GPUs serve PyTorch models); use KIND_CPU or KIND_AUTO",
+                    "instance group '{}' asks for KIND_GPU (gpus [{}]), but Tritium runs '{}' models on the CPU only (GPUs serve PyTorch and ONNX models); use KIND_CPU or KIND_AUTO",
                     group.name,
                     ids.join(", "),
                     config.backend
@@ -158,7 +159,7 @@ mod tests {
     #[test]
     fn kind_gpu_is_refused_without_gpu_execution() {
         let e = check(&format!(
-            r#"{{"name":"m","backend":"onnxruntime",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[0]}}]}}"#
+            r#"{{"name":"m","backend":"identity",{IO},"instance_group":[{{"kind":"KIND_GPU","gpus":[0]}}]}}"#
         ))
         .unwrap_err();
         assert!(e.message.contains("KIND_GPU") && e.message.contains("gpus [0]"), "{e}");

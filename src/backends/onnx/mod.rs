@@ -2,12 +2,14 @@
 //! the `onnxruntime` wheel (`scripts/setup.sh`), loaded once per process. Each instance owns
 //! its own `Session` on its own thread.
 
+mod gpu;
 mod strings;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
+pub use gpu::OnnxGpu;
 use ort::environment::Environment;
 use ort::session::{RunOptions, Session, SessionOutputs};
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
@@ -55,6 +57,8 @@ pub struct OnnxOptions {
     /// ONNX Runtime session config entries (`parameters` keys starting `session.`, e.g.
     /// `session.intra_op.allow_spinning`), passed through as they are.
     pub config_entries: Vec<(String, String)>,
+    /// What GPU instances ask of ONNX Runtime (providers, CUDA graphs).
+    pub gpu: OnnxGpu,
 }
 
 /// One input or output as the ONNX file declares it; `-1` marks a dynamic dimension.
@@ -69,9 +73,14 @@ fn ort_error(context: &str) -> impl Fn(ort::Error) -> Error + '_ {
     move |e| Error::internal(format!("{context}: {e}"))
 }
 
-fn open(file: &Path, options: &OnnxOptions) -> Result<Session> {
+fn open(file: &Path, options: &OnnxOptions, providers: Vec<ort::ep::ExecutionProviderDispatch>) -> Result<Session> {
     let context = format!("unable to load {}", file.display());
     let mut builder = Session::builder(environment()?).map_err(ort_error(&context))?;
+    if !providers.is_empty() {
+        builder = builder
+            .with_execution_providers(providers)
+            .map_err(|e| Error::invalid(format!("{context}: registering the GPU execution providers: {e}")))?;
+    }
     if let Some(n) = options.intra_op_threads {
         builder = builder.with_intra_threads(n).map_err(|e| Error::internal(format!("{context}: {e}")))?;
     }
@@ -127,8 +136,8 @@ fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
 
 /// Reads the inputs and outputs an ONNX file declares (for config auto-complete).
 pub fn inspect(file: &Path) -> Result<(Vec<OnnxIo>, Vec<OnnxIo>)> {
-    let session =
-        open(file, &OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), config_entries: Vec::new() })?;
+    let options = OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), ..OnnxOptions::default() };
+    let session = open(file, &options, Vec::new())?;
     let inputs = session.inputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
     let outputs = session.outputs().iter().map(|o| io(file, o.name(), o.dtype())).collect::<Result<_>>()?;
     Ok((inputs, outputs))
@@ -148,8 +157,9 @@ impl OnnxFactory {
 }
 
 impl BackendFactory for OnnxFactory {
-    fn create(&self, _instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        let session = open(&self.file, &self.options)?;
+    fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
+        let providers = self.options.gpu.providers(&self.model, instance)?;
+        let session = open(&self.file, &self.options, providers)?;
         let inputs =
             session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
         Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs }))
