@@ -2,6 +2,7 @@
 //! handlers in `handlers` (health, metadata, config, statistics, repository) and `infer`.
 
 mod binary;
+pub mod body;
 mod encode;
 mod error;
 pub mod handlers;
@@ -157,6 +158,7 @@ pub async fn serve(
         App::new()
             .app_data(state.clone())
             .app_data(restrictions.clone())
+            .app_data(body::BodyLimit(opts.max_body_bytes))
             .configure(routes)
             .default_service(web::to(not_found))
             .wrap(from_fn(check_restricted))
