@@ -22,6 +22,7 @@ use tritium_actors::Engine;
 
 use crate::backends::BackendEnv;
 use crate::cli::{Cli, ControlMode};
+use crate::frontends::restricted::Restrictions;
 use crate::repository::{RepositoryManager, RepositoryOptions};
 use crate::server::Server;
 
@@ -73,6 +74,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         anyhow::ensure!(repo.is_dir(), "model repository {} is not a folder", repo.display());
     }
     cli::effects::refusals(&cli).map_err(anyhow::Error::msg)?;
+    // Triton refuses a bad restriction at start, as it parses the flags.
+    let http_restrictions = Restrictions::http(&cli.http_extra.http_restricted_api).map_err(anyhow::Error::msg)?;
+    let grpc_restrictions = Restrictions::grpc(&cli.grpc_extra.grpc_restricted_protocol).map_err(anyhow::Error::msg)?;
     for note in cli::effects::no_effect_notes(&cli) {
         tracing::warn!("{note}");
     }
@@ -111,6 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             exit_timeout_secs: cli.exit_timeout_secs,
             reuse_port: cli.http_extra.reuse_http_port,
             header_forward: cli.http_extra.http_header_forward_pattern.clone(),
+            restrictions: http_restrictions,
         };
         let srv = frontends::http::serve(server.clone(), addr, opts)
             .await
@@ -125,6 +130,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     let grpc = if cli.allow_grpc {
         let addr = SocketAddr::new(cli.grpc_address, cli.grpc_port);
+        let g = &cli.grpc_extra;
+        let tls = frontends::grpc::tls::config(&frontends::grpc::tls::TlsFlags {
+            use_ssl: g.grpc_use_ssl,
+            mutual: g.grpc_use_ssl_mutual,
+            server_cert: g.grpc_server_cert.clone(),
+            server_key: g.grpc_server_key.clone(),
+            root_cert: g.grpc_root_cert.clone(),
+        })?;
         let opts = frontends::grpc::GrpcOptions {
             max_message_bytes: cli.grpc_max_message_size,
             keepalive_time: Duration::from_millis(cli.grpc_keepalive_time),
@@ -135,10 +148,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             header_forward: cli.grpc_extra.grpc_header_forward_pattern.clone(),
             max_connection_age: cli.grpc_extra.grpc_max_connection_age.map(Duration::from_millis),
             max_connection_age_grace: cli.grpc_extra.grpc_max_connection_age_grace.map(Duration::from_millis),
+            restrictions: Arc::new(grpc_restrictions),
+            tls,
         };
         let handle = frontends::grpc::serve(server.clone(), addr, opts)
             .with_context(|| format!("cannot start the gRPC endpoint on {addr}"))?;
-        tracing::info!("started GRPCInferenceService at {addr}");
+        let scheme = if cli.grpc_extra.grpc_use_ssl || cli.grpc_extra.grpc_use_ssl_mutual { " (TLS)" } else { "" };
+        tracing::info!("started GRPCInferenceService at {addr}{scheme}");
         Some(handle)
     } else {
         None

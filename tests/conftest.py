@@ -2,8 +2,8 @@
 
 - `server`: one server per test module on the whole bundled repository (control mode none),
   started once, ready, and stopped with SIGTERM at the end; the stop must exit 0.
-- `start_server(repo=None, args=(), wait_for="ready")`: starts more servers with extra flags
-  and/or a custom repository (explicit mode, poll mode, broken configs); each is stopped the same
+- `start_server(repo=None, args=(), wait_for="ready", headers=None)`: starts more servers with
+  extra flags and/or a custom repository (headers: for the readiness probe, where health is restricted) (explicit mode, poll mode, broken configs); each is stopped the same
   way when the test ends.
 - `repo_copy(models=None)`: a fresh copy of the bundled repository (or of some of its models) in
   the test's tmp dir, to edit before starting a server on it.
@@ -49,10 +49,10 @@ def repo_copy(tmp_path):
 def start_server(tmp_path, repo_copy):
     started = []
 
-    def start(repo=None, args=(), wait_for="ready", timeout=60.0) -> Server:
+    def start(repo=None, args=(), wait_for="ready", timeout=60.0, headers=None) -> Server:
         srv = Server(repo if repo is not None else repo_copy(), args=args, log_dir=tmp_path)
         started.append(srv)
-        return srv.start(wait_for=wait_for, timeout=timeout)
+        return srv.start(wait_for=wait_for, timeout=timeout, headers=headers)
 
     yield start
     failures = []

@@ -28,6 +28,12 @@ def tritium_bin() -> Path:
     return path
 
 
+def run_to_exit(args, timeout=30):
+    """Runs tritium with `args` until it exits; (exit code, output)."""
+    p = subprocess.run([str(tritium_bin()), *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
 def free_ports(n: int) -> list:
     """n distinct ports that were free a moment ago (all held open together while choosing)."""
     socks = []
@@ -104,8 +110,9 @@ class Server:
                 "--metrics-port", str(self.metrics_port),
                 "--exit-timeout-secs", str(self.exit_timeout_secs), *self.args]
 
-    def start(self, wait_for: str = "ready", timeout: float = 60.0) -> "Server":
-        """Starts the process and waits until GET /v2/health/<wait_for> answers 200."""
+    def start(self, wait_for: str = "ready", timeout: float = 60.0, headers=None) -> "Server":
+        """Starts the process and waits until GET /v2/health/<wait_for> (sent with `headers`,
+        where health is a restricted API) answers 200."""
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
                                      cwd=REPO_ROOT)
@@ -115,7 +122,8 @@ class Server:
                 raise RuntimeError(f"tritium exited with {self.proc.returncode} before it was "
                                    f"{wait_for}:\n{self.log_tail()}")
             try:
-                if requests.get(f"{self.base}/v2/health/{wait_for}", timeout=1).status_code == 200:
+                probe = requests.get(f"{self.base}/v2/health/{wait_for}", headers=headers, timeout=1)
+                if probe.status_code == 200:
                     return self
             except requests.RequestException:
                 pass

@@ -1,6 +1,7 @@
 """Triton's launch line, unchanged (issue 28): every flag of `tritonserver` 2.51's `--help` is known
 to `tritium`, the flags with behaviour do what Triton's do, flags that only tune something
-Tritium lacks are logged once at start, and TLS / restricted-API flags stop the server.
+Tritium lacks are logged once at start. (TLS and restricted APIs: test_grpc_tls.py and
+test_restricted_api.py.)
 """
 import json
 import re
@@ -17,19 +18,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, free_ports, identity_config, tritium_bin, wait_until
+from helpers import Server, free_ports, identity_config, run_to_exit, tritium_bin, wait_until
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tritonserver-2.51-help.txt"
 
 
 def triton_flags():
     return [m.group(1) for m in re.finditer(r"^  --([a-z0-9-]+)", FIXTURE.read_text(), re.M)]
-
-
-def run_to_exit(args, timeout=30):
-    """Runs tritium with `args` until it exits; (exit code, output)."""
-    p = subprocess.run([str(tritium_bin()), *args], capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout + p.stderr
 
 
 def add_model(repo: Path, name: str, config: str):
@@ -59,21 +54,6 @@ def test_id_is_the_server_name(start_server, repo_copy):
     grpc = grpcclient.InferenceServerClient(srv.grpc_url)
     assert grpc.get_server_metadata().name == "foo"
     grpc.close()
-
-
-@pytest.mark.parametrize("flag", [
-    "--grpc-use-ssl=true", "--grpc-use-ssl-mutual=1", "--grpc-server-cert=/tmp/c.pem",
-    "--grpc-server-key=/tmp/k.pem", "--grpc-root-cert=/tmp/r.pem",
-    "--http-restricted-api=model-repository,admin-key=secret",
-    "--grpc-restricted-protocol=inference,admin-key=secret",
-])
-def test_unsafe_flags_refuse_to_start(tmp_path, flag):
-    http, grpc, metrics = free_ports(3)
-    code, out = run_to_exit(["--model-repository", str(tmp_path), f"--http-port={http}",
-                             f"--grpc-port={grpc}", f"--metrics-port={metrics}", flag])
-    assert code != 0, out
-    assert "refusing to start" in out and flag.split("=")[0] in out, out
-    assert "started HTTPService" not in out and "started GRPCInferenceService" not in out, out
 
 
 def test_sagemaker_and_vertex_ai_on_one_port_are_refused(tmp_path):

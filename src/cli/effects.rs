@@ -1,47 +1,15 @@
 //! What the given flags do at start, beyond their values: every flag that only tunes something
-//! Tritium does not have yields one line for the log (said once, at start, with the reason), and
-//! every flag whose absence of effect would be unsafe — TLS and restricted APIs — stops the
-//! server with a clear message, so that it never serves plaintext or open APIs while the
-//! command line asked otherwise. Triton's own refusals of flag combinations (SageMaker and
-//! Vertex AI on one port, a SageMaker safe port range the other endpoints fall outside) are
-//! here too.
+//! Tritium does not have yields one line for the log (said once, at start, with the reason).
+//! Triton's own refusals of flag combinations (SageMaker and Vertex AI on one port, a SageMaker
+//! safe port range the other endpoints fall outside) are here too. TLS and restricted APIs take
+//! effect in the frontends (`frontends::grpc::tls`, `frontends::restricted`), which refuse a bad
+//! certificate or restriction at start.
 
 use super::resources::RateLimitMode;
 use super::Cli;
 
-/// Why the server must not start; the message names the flag.
-fn refuse(flag: &str, why: &str) -> String {
-    format!("{flag} was given, but {why}; refusing to start rather than run without it")
-}
-
-const NO_TLS: &str = "Tritium cannot serve gRPC over TLS yet (issue 16), and serving plaintext instead would be unsafe";
-const NO_RESTRICTION: &str =
-    "Tritium cannot restrict APIs by header yet (issue 16), and leaving them open instead would be unsafe";
-
 /// The refusals: `Err` with the first one found.
 pub fn refusals(cli: &Cli) -> Result<(), String> {
-    let g = &cli.grpc_extra;
-    if g.grpc_use_ssl {
-        return Err(refuse("--grpc-use-ssl=true", NO_TLS));
-    }
-    if g.grpc_use_ssl_mutual {
-        return Err(refuse("--grpc-use-ssl-mutual=true", NO_TLS));
-    }
-    for (flag, v) in [
-        ("--grpc-server-cert", &g.grpc_server_cert),
-        ("--grpc-server-key", &g.grpc_server_key),
-        ("--grpc-root-cert", &g.grpc_root_cert),
-    ] {
-        if v.is_some() {
-            return Err(refuse(flag, NO_TLS));
-        }
-    }
-    if let Some(v) = cli.http_extra.http_restricted_api.first() {
-        return Err(refuse(&format!("--http-restricted-api={v}"), NO_RESTRICTION));
-    }
-    if let Some(v) = g.grpc_restricted_protocol.first() {
-        return Err(refuse(&format!("--grpc-restricted-protocol={v}"), NO_RESTRICTION));
-    }
     let p = &cli.platforms;
     if p.allow_sagemaker && p.vertex_ai_enabled() {
         let vertex = p.vertex_ai_port()?;
@@ -99,6 +67,15 @@ pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
         pings,
     );
     note(g.grpc_http2_max_ping_strikes.is_some(), "--grpc-http2-max-ping-strikes", pings);
+    let plaintext = !g.grpc_use_ssl && !g.grpc_use_ssl_mutual;
+    let no_ssl = "it applies only with --grpc-use-ssl=true or --grpc-use-ssl-mutual=true";
+    note(plaintext && g.grpc_server_cert.is_some(), "--grpc-server-cert", no_ssl);
+    note(plaintext && g.grpc_server_key.is_some(), "--grpc-server-key", no_ssl);
+    note(
+        !g.grpc_use_ssl_mutual && g.grpc_root_cert.is_some(),
+        "--grpc-root-cert",
+        "it applies only with --grpc-use-ssl-mutual=true",
+    );
     note(
         g.grpc_max_connection_age_grace.is_some() && g.grpc_max_connection_age.is_none(),
         "--grpc-max-connection-age-grace",
@@ -152,20 +129,16 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_restricted_apis_refuse_to_start() {
-        for args in [
-            &["--grpc-use-ssl=true"][..],
-            &["--grpc-use-ssl-mutual", "1"],
-            &["--grpc-server-cert=/c.pem"],
-            &["--grpc-server-key", "/k.pem"],
-            &["--grpc-root-cert=/r.pem"],
-            &["--http-restricted-api=model-repository,admin-key=secret"],
-            &["--grpc-restricted-protocol=inference,k=v"],
-        ] {
-            let err = refusals(&cli(args)).expect_err(&format!("{args:?} must refuse"));
-            assert!(err.contains("refusing to start") && err.contains(args[0].split('=').next().unwrap()), "{err}");
-        }
-        assert!(refusals(&cli(&["--grpc-use-ssl=false", "--grpc-use-ssl-mutual=off"])).is_ok());
+    fn certificates_without_tls_are_noted() {
+        let notes = no_effect_notes(&cli(&["--grpc-server-cert=/c.pem", "--grpc-root-cert=/r.pem"]));
+        assert_eq!(notes.len(), 2, "{notes:#?}");
+        assert!(notes[0].starts_with("--grpc-server-cert has no effect: it applies only with --grpc-use-ssl"));
+        assert!(notes[1].starts_with("--grpc-root-cert has no effect"));
+        let tls = ["--grpc-use-ssl=true", "--grpc-server-cert=/c.pem", "--grpc-server-key=/k.pem"];
+        assert!(no_effect_notes(&cli(&tls)).is_empty());
+        let mutual =
+            ["--grpc-use-ssl-mutual=true", "--grpc-server-cert=/c", "--grpc-server-key=/k", "--grpc-root-cert=/r"];
+        assert!(no_effect_notes(&cli(&mutual)).is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The HTTP and gRPC flags Triton 2.51 has beyond addresses and ports: port reuse, header
 //! forwarding, TLS, restricted APIs, the gRPC core's keepalive and HTTP/2 ping policy, and
-//! connection age. Which of them take effect, and which stop the server, is `effects`'s call.
+//! connection age. Which of them have no effect is `effects`'s call; TLS and restrictions are
+//! parsed and applied by the frontends.
 
 use clap::{ArgAction, Args};
 use regex::Regex;
@@ -39,8 +40,10 @@ pub struct HttpFlags {
     /// case) become string request parameters that backends see, named in lower case.
     #[arg(long, value_parser = parse_pattern)]
     pub http_header_forward_pattern: Option<Regex>,
-    /// `<apis>,<key>=<value>`: the APIs that need the header `<key>: <value>`. Not available
-    /// yet: the server refuses to start rather than leave those APIs open.
+    /// `<apis>:<key>=<value>` (Triton's parser wants the colon its help shows as a comma): the
+    /// comma-separated API categories that answer only requests with the header
+    /// `<key>: <value>`; others get 403. Repeat the flag for more groups; a category may be in
+    /// one group only.
     #[arg(long, action = ArgAction::Append)]
     pub http_restricted_api: Vec<String>,
 }
@@ -59,20 +62,20 @@ pub struct GrpcFlags {
     /// per request: accepted, no effect.
     #[arg(long)]
     pub grpc_infer_allocation_pool_size: Option<u64>,
-    /// Serve gRPC over TLS. Not available yet: true stops the server rather than serve
-    /// plaintext.
+    /// Serve gRPC over TLS with --grpc-server-cert and --grpc-server-key.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub grpc_use_ssl: bool,
-    /// Serve gRPC over mutual TLS. Not available yet: true stops the server.
+    /// Serve gRPC over mutual TLS: clients must present a certificate signed by
+    /// --grpc-root-cert. Implies --grpc-use-ssl.
     #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub grpc_use_ssl_mutual: bool,
-    /// PEM server certificate for gRPC TLS. Not available yet: given, it stops the server.
+    /// PEM file with the server's certificate (chain) for gRPC TLS.
     #[arg(long)]
     pub grpc_server_cert: Option<String>,
-    /// PEM server key for gRPC TLS. Not available yet: given, it stops the server.
+    /// PEM file with the server's private key for gRPC TLS.
     #[arg(long)]
     pub grpc_server_key: Option<String>,
-    /// PEM root certificate for gRPC mutual TLS. Not available yet: given, it stops the server.
+    /// PEM file with the CA certificate(s) that sign client certificates under mutual TLS.
     #[arg(long)]
     pub grpc_root_cert: Option<String>,
     /// gRPC core's permission to send keepalive pings without calls in flight (default
@@ -101,8 +104,9 @@ pub struct GrpcFlags {
     /// is closed whatever still runs (default: no limit).
     #[arg(long)]
     pub grpc_max_connection_age_grace: Option<u64>,
-    /// `<protocols>,<key>=<value>`: the gRPC protocols that need the metadata `<key>: <value>`.
-    /// Not available yet: the server refuses to start rather than leave them open.
+    /// `<protocols>:<key>=<value>`: the gRPC categories that answer only calls with the
+    /// metadata `triton-grpc-protocol-<key>: <value>` (Triton's prefix); others get
+    /// UNAVAILABLE.
     #[arg(long, action = ArgAction::Append)]
     pub grpc_restricted_protocol: Vec<String>,
 }

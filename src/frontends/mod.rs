@@ -9,6 +9,7 @@ pub mod http;
 pub mod listen;
 pub mod params;
 pub mod request_log;
+pub mod restricted;
 pub mod sagemaker;
 pub mod version;
 pub mod vertex_ai;

@@ -6,11 +6,13 @@
 
 mod deadline;
 mod error;
+mod guard;
 mod health;
 mod lanes;
 mod serve;
 mod stream;
 mod tensors;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +54,10 @@ pub struct GrpcOptions {
     pub max_connection_age: Option<Duration>,
     pub max_connection_age_grace: Option<Duration>,
     pub threads: usize,
+    /// `--grpc-restricted-protocol`.
+    pub restrictions: Arc<crate::frontends::restricted::Restrictions>,
+    /// `--grpc-use-ssl` and its certificates, read at start (`tls::config`).
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 pub struct GrpcService {

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::codec::CompressionEncoding;
 
 use super::deadline::Deadlined;
+use super::guard::Guarded;
 use super::{health, GrpcOptions, GrpcService};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::server::Server;
@@ -85,14 +86,24 @@ fn serving_thread(
             let mut builder = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(opts.keepalive_time))
                 .http2_keepalive_timeout(Some(opts.keepalive_timeout));
+            if let Some(tls) = opts.tls.clone() {
+                builder = match builder.tls_config(tls) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::error!("gRPC TLS: {e}");
+                        return;
+                    }
+                };
+            }
             // At its age a connection gets GOAWAY and may finish its calls until the grace ends
             // (`Deadlined`); tonic's own grace would close it at age + grace without a GOAWAY.
             if let Some(age) = opts.max_connection_age {
                 builder = builder.max_connection_age(age);
             }
+            let (restrictions, limit) = (opts.restrictions.clone(), opts.max_message_bytes);
             let result = builder
-                .add_service(service)
-                .add_service(health::service(server))
+                .add_service(Guarded::new(service, restrictions.clone(), limit))
+                .add_service(Guarded::new(health::service(server), restrictions, limit))
                 .serve_with_incoming_shutdown(incoming, stopped(stop))
                 .await;
             if let Err(e) = result {

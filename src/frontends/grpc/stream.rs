@@ -59,8 +59,15 @@ pub fn start(
             let request = match message {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
-                Err(status) => {
+                Err(status) if status.code() == tonic::Code::Cancelled => {
                     tracing::debug!("stream closed by the client: {status}");
+                    break;
+                }
+                Err(status) => {
+                    // A message the server refuses to read (over the size limit, say) ends the
+                    // stream with that status, as gRPC core ends Triton's.
+                    tracing::debug!("stream ended: {status}");
+                    let _ = out_tx.send(Err(status)).await;
                     break;
                 }
             };

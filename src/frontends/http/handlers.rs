@@ -5,6 +5,7 @@ use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
 use tritium_actors::{Error, Result};
 
+use super::body::Body;
 use super::error::{error_response, HttpResult};
 use super::stats_json::stats_json;
 use super::HttpState;
@@ -111,7 +112,7 @@ pub(super) fn json_body(body: &[u8]) -> Result<Value> {
     serde_json::from_slice(body).map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))
 }
 
-pub async fn repository_index(state: web::Data<HttpState>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn repository_index(state: web::Data<HttpState>, Body(body): Body) -> HttpResult<HttpResponse> {
     let request = json_body(&body)?;
     let ready_only = match request.get("ready") {
         None => false,
@@ -154,7 +155,7 @@ pub(super) fn ok_empty() -> HttpResponse {
 
 /// The repository extension's load: `parameters` may hold `config` (the config as a JSON
 /// string) and Triton's `file:<path>` model files, each base64 as Triton's HTTP API sends them.
-pub async fn load(state: web::Data<HttpState>, path: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn load(state: web::Data<HttpState>, path: web::Path<String>, Body(body): Body) -> HttpResult<HttpResponse> {
     use base64::Engine as _;
     let request = json_body(&body)?;
     let mut config = None;
@@ -184,7 +185,7 @@ pub async fn load(state: web::Data<HttpState>, path: web::Path<String>, body: we
 pub async fn unload(
     state: web::Data<HttpState>,
     path: web::Path<String>,
-    body: web::Bytes,
+    Body(body): Body,
 ) -> HttpResult<HttpResponse> {
     let request = json_body(&body)?;
     let dependents = match parameters(&request)?.and_then(|p| p.get("unload_dependents")) {

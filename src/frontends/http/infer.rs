@@ -4,12 +4,12 @@
 use std::time::Instant;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use bytes::{Bytes, BytesMut};
-use futures::StreamExt as _;
 use tracing::Instrument as _;
-use tritium_actors::{Error, InferRequest, Result};
+use tritium_actors::{Error, InferRequest};
 
 use super::binary::{split_body, HEADER_LENGTH};
+use super::body::check_length;
+pub use super::body::read_body;
 use super::encode::{encode_response, into_http};
 use super::error::HttpResult;
 use super::handlers::{model_and_version, ModelPath};
@@ -18,24 +18,6 @@ use super::observe::traced;
 use super::HttpState;
 use crate::frontends::request_log::request_span;
 use crate::observe::trace::ActiveTrace;
-
-/// Reads the whole body, refusing more than `limit` bytes with Triton's message.
-pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
-    let too_large = |n: usize| {
-        Error::invalid(format!(
-            "request body size {n} bytes exceeds the maximum allowed value of {limit} bytes. Use --http-max-input-size to increase the limit."
-        ))
-    };
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large(body.len() + chunk.len()));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
-}
 
 pub async fn infer(
     state: web::Data<HttpState>,
@@ -60,17 +42,7 @@ pub async fn infer_model(
     header_length: Option<actix_web::http::header::HeaderValue>,
 ) -> HttpResult<HttpResponse> {
     let recv_start = Instant::now();
-    if let Some(len) = req.headers().get(actix_web::http::header::CONTENT_LENGTH) {
-        if let Some(n) = len.to_str().ok().and_then(|s| s.parse::<usize>().ok()) {
-            if n > state.max_body_bytes {
-                return Err(Error::invalid(format!(
-                    "request body size {n} bytes exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
-                    state.max_body_bytes
-                ))
-                .into());
-            }
-        }
-    }
+    check_length(req, state.max_body_bytes)?;
     // Unknown models are answered before the body is parsed, as Triton does.
     let loaded = state.server.model(&model, version)?;
     if loaded.handle.policy.decoupled {

@@ -2,6 +2,7 @@
 //! handlers in `handlers` (health, metadata, config, statistics, repository) and `infer`.
 
 mod binary;
+pub mod body;
 mod encode;
 mod error;
 pub mod handlers;
@@ -15,11 +16,15 @@ mod tensor_json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use actix_web::http::StatusCode;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{header, StatusCode};
+use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpResponse, HttpServer};
 pub use binary::HEADER_LENGTH;
 pub use error::{error_response, HttpError};
 
+use crate::frontends::restricted::{self, Restrictions};
 use crate::server::Server;
 
 /// How the HTTP endpoint runs.
@@ -33,6 +38,8 @@ pub struct HttpOptions {
     pub reuse_port: bool,
     /// `--http-header-forward-pattern`.
     pub header_forward: Option<regex::Regex>,
+    /// `--http-restricted-api`.
+    pub restrictions: Restrictions,
 }
 
 /// Shared by every handler.
@@ -48,6 +55,28 @@ async fn not_found() -> HttpResponse {
 
 async fn method_not_allowed() -> HttpResponse {
     error::error_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+}
+
+/// Triton's restricted APIs: a request of a restricted category without the category's header
+/// and value is answered 403 before routing, so no handler runs and no body is read. The body
+/// is Triton's JSON error; the content type is Triton's too (`text/plain`: Triton answers before
+/// it sets one).
+async fn check_restricted(
+    restrictions: web::Data<Restrictions>,
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if restrictions.is_empty() {
+        return Ok(next.call(req).await?.map_into_left_body());
+    }
+    let category = restricted::http_category(req.path());
+    if let Some(r) = restrictions.refuses(category, |key| req.headers().get(key).map(|v| v.as_bytes())) {
+        let body = serde_json::json!({ "error": restricted::http_message(r) }).to_string();
+        let refusal =
+            HttpResponse::build(StatusCode::FORBIDDEN).insert_header((header::CONTENT_TYPE, "text/plain")).body(body);
+        return Ok(req.into_response(refusal).map_into_right_body());
+    }
+    Ok(next.call(req).await?.map_into_left_body())
 }
 
 /// All routes of the v2 protocol. Inference comes first: actix tries the patterns in order and
@@ -124,8 +153,15 @@ pub async fn serve(
 ) -> std::io::Result<actix_web::dev::Server> {
     let state =
         web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes, header_forward: opts.header_forward });
+    let restrictions = web::Data::new(opts.restrictions);
     let srv = HttpServer::new(move || {
-        App::new().app_data(state.clone()).configure(routes).default_service(web::to(not_found))
+        App::new()
+            .app_data(state.clone())
+            .app_data(restrictions.clone())
+            .app_data(body::BodyLimit(opts.max_body_bytes))
+            .configure(routes)
+            .default_service(web::to(not_found))
+            .wrap(from_fn(check_restricted))
     })
     .workers(opts.workers.max(1))
     .shutdown_timeout(opts.exit_timeout_secs)

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tritium_actors::{Error, Result};
 
+use super::body::Body;
 use super::error::HttpResult;
 use super::handlers::{json_body, json_ok};
 use super::HttpState;
@@ -39,7 +40,7 @@ pub async fn get_logging(state: web::Data<HttpState>) -> HttpResult<HttpResponse
     Ok(json_ok(&log_json(&state.server.log_settings(&[])?)))
 }
 
-pub async fn post_logging(state: web::Data<HttpState>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn post_logging(state: web::Data<HttpState>, Body(body): Body) -> HttpResult<HttpResponse> {
     let changes: Vec<(String, SettingValue)> =
         settings_object(&body, "logging")?.iter().map(|(k, v)| (k.clone(), SettingValue::from_json(v))).collect();
     Ok(json_ok(&log_json(&state.server.log_settings(&changes)?)))
@@ -68,7 +69,7 @@ pub async fn get_trace(state: web::Data<HttpState>) -> HttpResult<HttpResponse> 
     trace_setting(&state, None, None)
 }
 
-pub async fn post_trace(state: web::Data<HttpState>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn post_trace(state: web::Data<HttpState>, Body(body): Body) -> HttpResult<HttpResponse> {
     trace_setting(&state, None, Some(&body))
 }
 
@@ -79,7 +80,7 @@ pub async fn get_model_trace(state: web::Data<HttpState>, model: web::Path<Strin
 pub async fn post_model_trace(
     state: web::Data<HttpState>,
     model: web::Path<String>,
-    body: web::Bytes,
+    Body(body): Body,
 ) -> HttpResult<HttpResponse> {
     trace_setting(&state, Some(&model), Some(&body))
 }

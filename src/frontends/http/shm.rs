@@ -7,6 +7,7 @@ use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};
 use tritium_actors::Error;
 
+use super::body::Body;
 use super::error::HttpResult;
 use super::handlers::{json_body, json_ok, ok_empty};
 use crate::shm;
@@ -28,7 +29,7 @@ pub async fn system_status(name: web::Path<String>) -> HttpResult<HttpResponse> 
     status_json(&name)
 }
 
-pub async fn system_register(name: web::Path<String>, body: web::Bytes) -> HttpResult<HttpResponse> {
+pub async fn system_register(name: web::Path<String>, Body(body): Body) -> HttpResult<HttpResponse> {
     let request = json_body(&body)?;
     let key = request
         .get("key")

@@ -88,8 +88,9 @@ async fn bad_request() -> HttpResponse {
 
 /// Binds the endpoint; the returned server runs when spawned and stops through its handle.
 pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: SageMakerOptions) -> std::io::Result<actix_web::dev::Server> {
+    let max_body_bytes = opts.max_body_bytes;
     let state = web::Data::new(SageMakerState {
-        http: HttpState { server, max_body_bytes: opts.max_body_bytes, header_forward: None },
+        http: HttpState { server, max_body_bytes, header_forward: None },
         model: opts.model,
         ping_live: opts.ping_live,
         multi: multi_model::MultiModels::default(),
@@ -97,6 +98,7 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: SageMakerOptions) -> s
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(super::http::body::BodyLimit(max_body_bytes))
             .route("/ping", web::get().to(ping))
             .route("/invocations", web::post().to(invocations))
             .service(web::resource("/models").get(multi_model::list).post(multi_model::load).to(bad_request))

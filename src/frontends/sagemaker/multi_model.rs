@@ -18,6 +18,7 @@ use tritium_actors::ErrorKind;
 
 use super::{SageMakerState, BINARY_MIME};
 use crate::frontends::binary_mime;
+use crate::frontends::http::body::Body;
 use crate::frontends::http::error_response;
 use crate::frontends::http::infer::infer_model;
 
@@ -89,7 +90,7 @@ pub async fn get(state: web::Data<SageMakerState>, name: web::Path<String>) -> H
     }
 }
 
-pub async fn load(state: web::Data<SageMakerState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+pub async fn load(state: web::Data<SageMakerState>, req: HttpRequest, Body(body): Body) -> HttpResponse {
     let bad = |m: &str| error_response(StatusCode::BAD_REQUEST, m);
     let request: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,

@@ -81,7 +81,7 @@ pub async fn dispatch(
             return HttpResponse::Forbidden().finish();
         }
         let answer = match infer::read_body(payload, http.max_body_bytes).await {
-            Ok(body) => handlers::repository_index(state, body).await,
+            Ok(body) => handlers::repository_index(state, crate::frontends::http::body::Body(body)).await,
             Err(e) => Err(HttpError(e)),
         };
         return answer.respond_to(&req).map_into_boxed_body();
