@@ -36,6 +36,9 @@ pub struct Batcher {
     /// The engine's hard bound over all levels.
     capacity: usize,
     len: usize,
+    /// How many queued requests have a timeout: with none, the timeout checks that run on every
+    /// scheduler turn visit nothing.
+    with_deadline: usize,
 }
 
 impl Batcher {
@@ -69,6 +72,7 @@ impl Batcher {
             max_delay,
             capacity: policy.queue_capacity,
             len: 0,
+            with_deadline: 0,
         }
     }
 
@@ -104,6 +108,7 @@ impl Batcher {
         };
         let deadline = timeout.map(|t| p.enqueued + t);
         let action = policy.timeout_action;
+        self.with_deadline += usize::from(deadline.is_some());
         self.levels[level].push_back(Entry { p, deadline, action });
         self.len += 1;
         Ok(())
@@ -116,20 +121,27 @@ impl Batcher {
     fn pop_front(&mut self) -> Option<Pending> {
         let q = self.levels.iter_mut().find(|q| !q.is_empty())?;
         self.len -= 1;
-        q.pop_front().map(|e| e.p)
+        let e = q.pop_front()?;
+        self.with_deadline -= usize::from(e.deadline.is_some());
+        Some(e.p)
     }
 
     /// Removes every queued request (for failing them when no instance is left).
     pub fn drain_all(&mut self) -> Vec<Pending> {
         self.len = 0;
+        self.with_deadline = 0;
         self.levels.iter_mut().flat_map(|q| q.drain(..)).map(|e| e.p).collect()
     }
 
     fn take_where(&mut self, gone: impl Fn(&Entry) -> bool) -> Vec<Pending> {
         let mut out = Vec::new();
         for q in &mut self.levels {
+            if !q.iter().any(&gone) {
+                continue;
+            }
             let (g, keep): (VecDeque<Entry>, VecDeque<Entry>) = q.drain(..).partition(|e| gone(e));
             *q = keep;
+            self.with_deadline -= g.iter().filter(|e| e.deadline.is_some()).count();
             out.extend(g.into_iter().map(|e| e.p));
         }
         self.len -= out.len();
@@ -145,6 +157,9 @@ impl Batcher {
     /// removed (returned, to be failed); under DELAY they move behind every request that has
     /// not timed out.
     pub fn take_expired(&mut self, now: Instant) -> Vec<Pending> {
+        if self.with_deadline == 0 {
+            return Vec::new();
+        }
         let expired = |e: &Entry| e.deadline.is_some_and(|d| d <= now);
         let rejected = self.take_where(|e| expired(e) && e.action == TimeoutAction::Reject);
         let delayed_level = self.levels.len() - 1;
@@ -155,6 +170,7 @@ impl Batcher {
             }
             let (late, keep): (VecDeque<Entry>, VecDeque<Entry>) = q.drain(..).partition(|e| expired(e));
             *q = keep;
+            self.with_deadline -= late.len();
             self.levels[delayed_level].extend(late.into_iter().map(|mut e| {
                 e.deadline = None;
                 e
@@ -165,6 +181,9 @@ impl Batcher {
 
     /// The earliest timeout still to come, for the scheduler's timer.
     pub fn next_deadline(&self) -> Option<Instant> {
+        if self.with_deadline == 0 {
+            return None;
+        }
         self.entries().filter_map(|e| e.deadline).min()
     }
 
