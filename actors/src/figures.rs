@@ -90,8 +90,10 @@ pub struct SequenceState {
     active: AtomicU64,
     backlog: AtomicU64,
     idle_releases: AtomicU64,
+    evictions: AtomicU64,
     /// Kept by the state store, under its lock.
     state_bytes: AtomicU64,
+    state_bytes_limit: AtomicU64,
     slots_used: Vec<AtomicU64>,
 }
 
@@ -104,8 +106,12 @@ pub struct SequenceSnapshot {
     pub backlog: u64,
     /// Slots freed by the idle timeout.
     pub idle_releases: u64,
+    /// Sequences evicted to keep the state held within `max_sequence_state_bytes`.
+    pub evictions: u64,
     /// Bytes of implicit state held.
     pub state_bytes: u64,
+    /// `max_sequence_state_bytes` (0: no cap).
+    pub state_bytes_limit: u64,
     /// Slots held on each instance (`direct` strategy).
     pub slots_used: Vec<u64>,
 }
@@ -116,7 +122,9 @@ impl SequenceState {
             active: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
             idle_releases: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            state_bytes_limit: AtomicU64::new(0),
             slots_used: (0..instances).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -133,6 +141,14 @@ impl SequenceState {
         self.idle_releases.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn eviction(&self) {
+        self.evictions.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn state_bytes_limit(&self, limit: u64) {
+        self.state_bytes_limit.store(limit, Relaxed);
+    }
+
     pub(crate) fn state_bytes(&self, added: u64, removed: u64) {
         self.state_bytes.fetch_add(added, Relaxed);
         self.state_bytes.fetch_sub(removed, Relaxed);
@@ -143,7 +159,9 @@ impl SequenceState {
             active: self.active.load(Relaxed),
             backlog: self.backlog.load(Relaxed),
             idle_releases: self.idle_releases.load(Relaxed),
+            evictions: self.evictions.load(Relaxed),
             state_bytes: self.state_bytes.load(Relaxed),
+            state_bytes_limit: self.state_bytes_limit.load(Relaxed),
             slots_used: self.slots_used.iter().map(|s| s.load(Relaxed)).collect(),
         }
     }

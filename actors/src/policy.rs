@@ -137,6 +137,10 @@ pub struct SequencePolicy {
     /// (separate unary calls of one sequence can reach the server out of order) before it is
     /// refused as Triton refuses it. Zero refuses at once.
     pub start_grace: Duration,
+    /// The most bytes of implicit state the sequences may hold together; past it the
+    /// longest-idle sequences are evicted (their next request is refused, saying so). None:
+    /// no cap.
+    pub max_state_bytes: Option<u64>,
 }
 
 /// The default `start_grace`.

@@ -73,6 +73,7 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
             }],
             max_backlog: 2,
             start_grace: GRACE,
+            max_state_bytes: None,
         }),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
@@ -144,7 +145,7 @@ async fn state_is_per_sequence_and_resets_at_start() {
     let e = send(&model, 1, 1, false, false).await.unwrap_err();
     assert!(e.message.contains("must specify the START flag"), "{e}");
     // Sequence 2 still holds its slot and its state (one INT32); sequence 1 ended.
-    let expected = SequenceSnapshot { active: 1, backlog: 0, idle_releases: 0, state_bytes: 4, slots_used: vec![1] };
+    let expected = SequenceSnapshot { active: 1, state_bytes: 4, slots_used: vec![1], ..Default::default() };
     settle(|| model.figures.sequence.snapshot() == expected).await;
     assert_eq!(model.figures.sequence.snapshot(), expected);
     model.unload().await;
@@ -211,7 +212,7 @@ async fn a_full_set_of_slots_backlogs_new_sequences_in_order() {
     let third = tokio::spawn(async move { send(&m3, 3, 20, true, true).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!second.is_finished() && !third.is_finished(), "both wait for the slot");
-    let waiting = SequenceSnapshot { active: 1, backlog: 2, idle_releases: 0, state_bytes: 4, slots_used: vec![1] };
+    let waiting = SequenceSnapshot { active: 1, backlog: 2, state_bytes: 4, slots_used: vec![1], ..Default::default() };
     assert_eq!(m.figures.sequence.snapshot(), waiting);
     // The backlog holds two sequences: a third new one is refused at once.
     let e = send(&m, 4, 1, true, true).await.unwrap_err();
@@ -303,5 +304,39 @@ async fn a_panicking_instance_loses_no_conversation() {
     assert_eq!(send(&model, 2, 2, false, true).await.unwrap(), 3, "sequence 2 too");
     // The retried request now runs (the fault was injected once).
     assert_eq!(send(&model, 1, 666, false, true).await.unwrap(), 681);
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn past_the_state_cap_the_longest_idle_sequence_is_evicted_and_told_so() {
+    // Room for the state of two sequences (one INT32 each).
+    let mut p = policy(1, 4, SequenceStrategy::Direct, Duration::from_secs(5));
+    if let SchedulerPolicy::Sequence(s) = &mut p.scheduler {
+        s.max_state_bytes = Some(8);
+    }
+    let (model, _) = load(p).await;
+    assert_eq!(model.figures.sequence.snapshot().state_bytes_limit, 8);
+    assert_eq!(send(&model, 1, 1, true, false).await.unwrap(), 1);
+    assert_eq!(send(&model, 2, 2, true, false).await.unwrap(), 2);
+    assert_eq!(send(&model, 1, 10, false, false).await.unwrap(), 11);
+    assert_eq!(send(&model, 3, 3, true, false).await.unwrap(), 3);
+    // Sequence 2 was idle the longest: it goes, with its state.
+    let after = SequenceSnapshot {
+        active: 2,
+        evictions: 1,
+        state_bytes: 8,
+        state_bytes_limit: 8,
+        slots_used: vec![2],
+        ..Default::default()
+    };
+    settle(|| model.figures.sequence.snapshot() == after).await;
+    assert_eq!(model.figures.sequence.snapshot(), after);
+    let e = send(&model, 2, 5, false, false).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument);
+    assert!(e.message.contains("sequence 2") && e.message.contains("evicted"), "{e}");
+    assert!(e.message.contains("max_sequence_state_bytes (8 bytes)"), "{e}");
+    assert_eq!(send(&model, 1, 100, false, false).await.unwrap(), 111, "the others keep their state");
+    assert_eq!(send(&model, 3, 4, false, false).await.unwrap(), 7);
+    assert_eq!(send(&model, 2, 9, true, true).await.unwrap(), 9, "a new START under the ID starts afresh");
     model.unload().await;
 }

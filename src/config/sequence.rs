@@ -61,7 +61,9 @@ fn control_spec(
 }
 
 /// `parameters` may set `max_sequence_backlog` (Tritium's own): how many new sequences may wait
-/// for a slot before one more is refused as unavailable.
+/// for a slot before one more is refused as unavailable; and `max_sequence_state_bytes`: the most
+/// bytes of implicit state all the model's sequences may hold together (0 or absent: no cap),
+/// beyond which the longest-idle sequences are evicted and their next request refused.
 pub fn sequence_policy(
     model: &str,
     sb: &ModelSequenceBatching,
@@ -115,9 +117,18 @@ pub fn sequence_policy(
         .map_or(tritium_actors::policy::DEFAULT_QUEUE_CAPACITY, |n| n as usize);
     let start_grace = super::uint_parameter(model, parameters, "sequence_start_grace_ms")?
         .map_or(tritium_actors::policy::DEFAULT_START_GRACE, Duration::from_millis);
+    let max_state_bytes = super::uint_parameter(model, parameters, "max_sequence_state_bytes")?.filter(|n| *n > 0);
     let idle =
         if sb.max_sequence_idle_microseconds == 0 { DEFAULT_MAX_IDLE_US } else { sb.max_sequence_idle_microseconds };
-    Ok(SequencePolicy { strategy, max_idle: Duration::from_micros(idle), controls, states, max_backlog, start_grace })
+    Ok(SequencePolicy {
+        strategy,
+        max_idle: Duration::from_micros(idle),
+        controls,
+        states,
+        max_backlog,
+        start_grace,
+        max_state_bytes,
+    })
 }
 
 #[cfg(test)]
@@ -171,12 +182,20 @@ mod tests {
     #[test]
     fn tritium_sequence_parameters() {
         let p = seq(r#"{"name":"m","sequence_batching":{},"parameters":{
-            "max_sequence_backlog":{"string_value":"3"},"sequence_start_grace_ms":{"string_value":" 0 "}}}"#)
+            "max_sequence_backlog":{"string_value":"3"},"sequence_start_grace_ms":{"string_value":" 0 "},
+            "max_sequence_state_bytes":{"string_value":"4096"}}}"#)
         .unwrap();
-        assert_eq!((p.max_backlog, p.start_grace), (3, Duration::ZERO));
+        assert_eq!((p.max_backlog, p.start_grace, p.max_state_bytes), (3, Duration::ZERO, Some(4096)));
         let p = seq(r#"{"name":"m","sequence_batching":{}}"#).unwrap();
-        assert_eq!(p.start_grace, tritium_actors::policy::DEFAULT_START_GRACE);
-        for (key, value) in [("max_sequence_backlog", "-1"), ("sequence_start_grace_ms", "soon")] {
+        assert_eq!((p.start_grace, p.max_state_bytes), (tritium_actors::policy::DEFAULT_START_GRACE, None));
+        let p = seq(
+            r#"{"name":"m","sequence_batching":{},"parameters":{"max_sequence_state_bytes":{"string_value":"0"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.max_state_bytes, None, "0 means no cap");
+        for (key, value) in
+            [("max_sequence_backlog", "-1"), ("sequence_start_grace_ms", "soon"), ("max_sequence_state_bytes", "1k")]
+        {
             let json = format!(
                 r#"{{"name":"m","sequence_batching":{{}},"parameters":{{"{key}":{{"string_value":"{value}"}}}}}}"#
             );

@@ -100,6 +100,14 @@ fn describe() {
     describe_gauge!("tritium_sequence_backlog", "Sequences waiting in the backlog for a free slot");
     describe_counter!("tritium_sequence_idle_releases_total", "Sequences whose slot was freed by the idle timeout");
     describe_gauge!("tritium_sequence_state_bytes", "Bytes of implicit state the sequence actor holds");
+    describe_gauge!(
+        "tritium_sequence_state_bytes_limit",
+        "The model's max_sequence_state_bytes: the cap on the implicit state held (0: no cap)"
+    );
+    describe_counter!(
+        "tritium_sequence_evictions_total",
+        "Idle sequences evicted, their state dropped, to keep the state held within max_sequence_state_bytes"
+    );
 }
 
 /// A model's labels with Triton's `namespace` label (the model's repository, with
@@ -175,6 +183,8 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
             gauge!("tritium_sequence_backlog", &labels).set(f.sequence.backlog as f64);
             counter!("tritium_sequence_idle_releases_total", &labels).absolute(f.sequence.idle_releases);
             gauge!("tritium_sequence_state_bytes", &labels).set(f.sequence.state_bytes as f64);
+            gauge!("tritium_sequence_state_bytes_limit", &labels).set(f.sequence.state_bytes_limit as f64);
+            counter!("tritium_sequence_evictions_total", &labels).absolute(f.sequence.evictions);
         }
     }
     // Tritium has no pinned host memory pool (Triton's is for GPU copies): a pool of 0 bytes.

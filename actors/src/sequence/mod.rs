@@ -12,7 +12,7 @@ mod inputs;
 mod slots;
 pub(crate) mod state;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,18 +40,46 @@ struct Sequence {
     last_active: Instant,
     /// Order of arrival, for the `oldest` strategy and the backlog.
     order: u64,
+    /// In the backlog, waiting for a slot.
+    waiting: bool,
+    /// Its key in `ready` while it has a request to run and none running.
+    ready_key: Option<(Instant, u64)>,
+    /// Its key in `idle` while it holds a slot with nothing queued or running.
+    idle_key: Option<(Instant, u64)>,
 }
 
+/// How many evicted correlation IDs are remembered (oldest forgotten first), so that their
+/// next request is told why its sequence is gone.
+const EVICTED_REMEMBERED: usize = 65_536;
+
+/// Every structure is indexed so that a request's turn (push, dispatch, finish) costs
+/// O(log n) in the number n of live sequences, never a scan of them: `ready` orders the
+/// sequences that can run by the arrival of their next request, `running` lists what each
+/// instance runs, `idle` orders the idle sequences by their last activity (for the idle
+/// timeout and for eviction), and the backlog is a queue of IDs into `sequences`.
 #[derive(Debug)]
 pub struct SequenceBatcher {
     model: String,
     policy: SequencePolicy,
     batched: bool,
     max_batch: usize,
-    /// Sequences holding a slot (direct) or a candidate place (oldest).
-    active: HashMap<CorrelationId, Sequence>,
-    /// Sequences waiting for a slot, in arrival order.
-    backlog: VecDeque<(CorrelationId, Sequence)>,
+    /// Sequences holding a slot (direct) or a candidate place (oldest), and those waiting in
+    /// the backlog for one.
+    sequences: HashMap<CorrelationId, Sequence>,
+    /// How many of `sequences` hold a slot.
+    active: usize,
+    /// Sequences waiting for a slot, in arrival order: (order, id). An entry whose sequence is
+    /// gone or no longer waiting (same order) is skipped.
+    backlog: VecDeque<(u64, CorrelationId)>,
+    /// How many of `sequences` wait in the backlog.
+    waiting: usize,
+    /// Sequences that can run a request now, by (arrival of that request, order): one map per
+    /// instance with `direct` (a sequence runs on its slot's instance), one with `oldest`.
+    ready: Vec<BTreeMap<(Instant, u64), CorrelationId>>,
+    /// The sequences each instance is running.
+    running: Vec<Vec<CorrelationId>>,
+    /// Sequences holding a slot with nothing queued or running, by (last activity, order).
+    idle: BTreeMap<(Instant, u64), CorrelationId>,
     slots: Slots,
     queued: usize,
     capacity: usize,
@@ -59,6 +87,9 @@ pub struct SequenceBatcher {
     /// Requests of unknown sequences without START, held until their START comes or their
     /// grace ends: (id, request, deadline), in order of arrival (and so of deadline).
     orphans: VecDeque<(CorrelationId, Pending, Instant)>,
+    /// Sequences evicted for the state cap, remembered so their next request says so.
+    evicted: HashSet<CorrelationId>,
+    evicted_order: VecDeque<CorrelationId>,
     store: StateStore,
     figures: Arc<ModelFigures>,
     /// For the time a request arrives or a sequence gets its slot.
@@ -72,18 +103,29 @@ impl SequenceBatcher {
         figures: Arc<ModelFigures>,
         clock: SharedClock,
     ) -> Self {
+        let slots = Slots::new(policy, &sequence.strategy);
+        let instances = policy.instances.len().max(1);
+        let lanes = if slots.direct() { instances } else { 1 };
+        figures.sequence.state_bytes_limit(sequence.max_state_bytes.unwrap_or(0));
         SequenceBatcher {
             model: policy.name.clone(),
             policy: sequence.clone(),
             batched: policy.batches(),
             max_batch: policy.max_batch_size.max(1),
-            active: HashMap::new(),
+            sequences: HashMap::new(),
+            active: 0,
             backlog: VecDeque::new(),
-            slots: Slots::new(policy, &sequence.strategy),
+            waiting: 0,
+            ready: vec![BTreeMap::new(); lanes],
+            running: vec![Vec::new(); instances],
+            idle: BTreeMap::new(),
+            slots,
             queued: 0,
             capacity: policy.queue_capacity,
             next_order: 0,
             orphans: VecDeque::new(),
+            evicted: HashSet::new(),
+            evicted_order: VecDeque::new(),
             store: StateStore::new(figures.clone()),
             figures,
             clock,
@@ -103,11 +145,56 @@ impl SequenceBatcher {
     }
 
     fn publish(&self) {
-        self.figures.sequence.publish(self.active.len(), self.backlog.len(), self.slots.used());
+        self.figures.sequence.publish(self.active, self.waiting, self.slots.used());
     }
 
     fn free_slot(&self) -> Option<(usize, usize)> {
-        self.slots.free(self.active.len())
+        self.slots.free(self.active)
+    }
+
+    /// Puts sequence `id` in `ready` or `idle` (or neither) as its state now says.
+    fn reindex(&mut self, id: &CorrelationId) {
+        let Some(seq) = self.sequences.get_mut(id) else { return };
+        let placed = !seq.waiting && seq.in_flight.is_none();
+        let ready = if placed { seq.queue.front().map(|p| (p.enqueued, seq.order)) } else { None };
+        let idle = (placed && seq.queue.is_empty()).then_some((seq.last_active, seq.order));
+        let lane = if self.slots.direct() { seq.slot.map_or(0, |(i, _)| i) } else { 0 };
+        if seq.ready_key != ready {
+            if let Some(k) = seq.ready_key.take() {
+                self.ready[lane].remove(&k);
+            }
+            if let Some(k) = ready {
+                self.ready[lane].insert(k, id.clone());
+            }
+            seq.ready_key = ready;
+        }
+        if seq.idle_key != idle {
+            if let Some(k) = seq.idle_key.take() {
+                self.idle.remove(&k);
+            }
+            if let Some(k) = idle {
+                self.idle.insert(k, id.clone());
+            }
+            seq.idle_key = idle;
+        }
+    }
+
+    /// Removes sequence `id` from every index; returns it.
+    fn forget(&mut self, id: &CorrelationId) -> Option<Sequence> {
+        let seq = self.sequences.remove(id)?;
+        let lane = if self.slots.direct() { seq.slot.map_or(0, |(i, _)| i) } else { 0 };
+        if let Some(k) = seq.ready_key {
+            self.ready[lane].remove(&k);
+        }
+        if let Some(k) = seq.idle_key {
+            self.idle.remove(&k);
+        }
+        if seq.waiting {
+            self.waiting -= 1;
+        } else {
+            self.active -= 1;
+        }
+        Some(seq)
     }
 
     /// Queues a request of a sequence, or hands it back with the reason it cannot be queued.
@@ -144,11 +231,21 @@ impl SequenceBatcher {
             return Err(Box::new((p, Error::unavailable("Exceeds maximum queue size"))));
         }
         let now = self.clock.now();
-        if let Some(seq) = self.active.get_mut(&id) {
+        if let Some(seq) = self.sequences.get_mut(&id) {
             seq.queue.push_back(p);
-            seq.last_active = now;
-        } else if let Some((_, seq)) = self.backlog.iter_mut().find(|(b, _)| *b == id) {
-            seq.queue.push_back(p);
+            if !seq.waiting {
+                seq.last_active = now;
+            }
+            self.reindex(&id);
+        } else if !flags.start && self.evicted.contains(&id) {
+            let e = Error::invalid(format!(
+                "sequence {id} of model '{}' was evicted, its implicit state dropped, to keep the state held within \
+                 max_sequence_state_bytes ({} bytes) after it had been idle the longest; start it again with the \
+                 START flag",
+                self.model,
+                self.policy.max_state_bytes.unwrap_or(0)
+            ));
+            return Err(Box::new((p, e)));
         } else if !flags.start {
             if self.policy.start_grace.is_zero() {
                 return Err(Box::new((p, self.no_start(&id))));
@@ -156,28 +253,41 @@ impl SequenceBatcher {
             // Its START may be on its way: hold it for the grace period (see `adopt_orphans`).
             self.orphans.push_back((id, p, now + self.policy.start_grace));
         } else {
+            // A new START for an evicted ID begins a new sequence; the old one stays gone.
+            self.evicted.remove(&id);
             let order = self.next_order;
             self.next_order += 1;
-            let mut seq = Sequence {
+            let seq = Sequence {
                 queue: VecDeque::from([p]),
                 in_flight: None,
                 slot: None,
                 ending: false,
                 last_active: now,
                 order,
+                waiting: true,
+                ready_key: None,
+                idle_key: None,
             };
             match self.free_slot() {
-                Some(slot) => self.activate(id.clone(), seq, slot),
-                None if self.backlog.len() >= self.policy.max_backlog => {
+                Some(slot) => {
+                    self.sequences.insert(id.clone(), seq);
+                    self.waiting += 1;
+                    self.activate(&id, slot);
+                }
+                None if self.waiting >= self.policy.max_backlog => {
+                    let mut seq = seq;
                     let p = seq.queue.pop_front().expect("the new sequence's request");
                     let e = Error::unavailable(format!(
                         "model '{}' has no free sequence slot and its backlog is full ({} sequences waiting)",
-                        self.model,
-                        self.backlog.len()
+                        self.model, self.waiting
                     ));
                     return Err(Box::new((p, e)));
                 }
-                None => self.backlog.push_back((id.clone(), seq)),
+                None => {
+                    self.sequences.insert(id.clone(), seq);
+                    self.waiting += 1;
+                    self.backlog.push_back((order, id.clone()));
+                }
             }
             self.adopt_orphans(&id);
         }
@@ -201,13 +311,11 @@ impl SequenceBatcher {
         }
         let (mine, rest): (VecDeque<_>, VecDeque<_>) = self.orphans.drain(..).partition(|(o, _, _)| o == id);
         self.orphans = rest;
-        let queue = match self.active.get_mut(id) {
-            Some(seq) => &mut seq.queue,
-            None => &mut self.backlog.iter_mut().find(|(b, _)| b == id).expect("just started").1.queue,
-        };
+        let seq = self.sequences.get_mut(id).expect("just started");
         for (_, p, _) in mine {
-            queue.push_back(p);
+            seq.queue.push_back(p);
         }
+        self.reindex(id);
     }
 
     /// Held requests whose START did not come within the grace period, with Triton's error.
@@ -233,71 +341,72 @@ impl SequenceBatcher {
     /// Puts a dispatched request back at the head of its sequence (its instance was gone).
     pub fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
         let id = p.request.sequence.as_ref().map(|f| f.id.clone());
-        match id.and_then(|id| self.active.get_mut(&id)) {
-            Some(seq) => {
-                seq.queue.push_front(p);
-                self.queued += 1;
-                Ok(())
-            }
-            None => Err(Box::new((p, Error::unavailable("the sequence's instance was lost")))),
-        }
+        let Some(id) = id.filter(|id| self.sequences.get(id).is_some_and(|s| !s.waiting)) else {
+            return Err(Box::new((p, Error::unavailable("the sequence's instance was lost"))));
+        };
+        self.sequences.get_mut(&id).expect("checked").queue.push_front(p);
+        self.queued += 1;
+        self.reindex(&id);
+        Ok(())
     }
 
-    fn activate(&mut self, id: CorrelationId, mut seq: Sequence, slot: (usize, usize)) {
-        seq.slot = self.slots.take(slot, &id);
-        seq.last_active = self.clock.now();
-        self.active.insert(id, seq);
+    /// Gives `slot` to the waiting sequence `id`.
+    fn activate(&mut self, id: &CorrelationId, slot: (usize, usize)) {
+        let now = self.clock.now();
+        let taken = self.slots.take(slot, id);
+        let seq = self.sequences.get_mut(id).expect("a waiting sequence");
+        seq.slot = taken;
+        seq.last_active = now;
+        seq.waiting = false;
+        self.waiting -= 1;
+        self.active += 1;
+        self.reindex(id);
     }
 
     /// Frees a sequence's slot and state, and gives the slot to the oldest waiting sequence.
     fn release(&mut self, id: &CorrelationId) {
-        if let Some(seq) = self.active.remove(id) {
+        if let Some(seq) = self.forget(id) {
             if let Some(slot) = seq.slot {
                 self.slots.give_back(slot);
             }
         }
         self.store.remove(id);
         while let Some(slot) = self.free_slot() {
-            let Some((id, seq)) = self.backlog.pop_front() else { break };
-            self.activate(id, seq, slot);
+            let Some((order, id)) = self.backlog.pop_front() else { break };
+            if self.sequences.get(&id).is_some_and(|s| s.waiting && s.order == order) {
+                self.activate(&id, slot);
+            }
         }
     }
 
     /// The next batch for the free instance `instance`.
     pub fn next(&mut self, instance: usize, now: Instant) -> Next {
-        let mut ready: Vec<(u64, CorrelationId, Instant)> = self
-            .active
-            .iter()
-            .filter(|(_, s)| s.in_flight.is_none() && !s.queue.is_empty())
-            .filter(|(_, s)| !self.direct() || s.slot.map(|(i, _)| i) == Some(instance))
-            .map(|(id, s)| (s.order, id.clone(), s.queue.front().map(|p| p.enqueued).unwrap_or(now)))
-            .collect();
-        if ready.is_empty() {
-            return Next::Empty;
-        }
-        ready.sort_by_key(|(order, _, at)| (*at, *order));
+        let lane = if self.direct() { instance } else { 0 };
+        let Some(ready) = self.ready.get(lane) else { return Next::Empty };
+        let Some((&(first, _), _)) = ready.first_key_value() else { return Next::Empty };
         if let SequenceStrategy::Oldest { preferred_batch_sizes, max_queue_delay, .. } = &self.policy.strategy {
             let n = ready.len().min(self.max_batch);
             let full = n >= self.max_batch || preferred_batch_sizes.contains(&n);
-            let deadline = ready[0].2 + *max_queue_delay;
+            let deadline = first + *max_queue_delay;
             if !full && !max_queue_delay.is_zero() && now < deadline {
                 return Next::WaitUntil(deadline);
             }
         }
         // Requests of one batch must merge: same inputs with the same shapes past the batch dim.
         let mut batch: Vec<Pending> = Vec::new();
-        for (_, id, _) in ready {
-            if batch.len() >= self.max_batch {
-                break;
-            }
-            let seq = self.active.get_mut(&id).expect("ready sequences are active");
+        let mut passed_over = Vec::new();
+        while batch.len() < self.max_batch {
+            let Some((_, id)) = self.ready[lane].pop_first() else { break };
+            let seq = self.sequences.get_mut(&id).expect("ready sequences are known");
+            seq.ready_key = None;
             let mut p = seq.queue.pop_front().expect("ready sequences have a request");
             let flags = p.request.sequence.clone().expect("sequence requests carry flags");
             inputs::prepare(&self.policy, self.batched, &self.store, &mut p, &id, flags.start, flags.end);
-            let seq = self.active.get_mut(&id).expect("still active");
+            let seq = self.sequences.get_mut(&id).expect("still known");
             if let Some(first) = batch.first() {
                 if !self.batched || !compatible(first, &p) {
                     seq.queue.push_front(p);
+                    passed_over.push(id);
                     continue;
                 }
             }
@@ -311,6 +420,14 @@ impl SequenceBatcher {
             }
             self.queued -= 1;
             batch.push(p);
+            self.reindex(&id);
+            if self.running.len() <= instance {
+                self.running.resize(instance + 1, Vec::new());
+            }
+            self.running[instance].push(id);
+        }
+        for id in passed_over {
+            self.reindex(&id);
         }
         self.publish();
         Next::Batch(batch)
@@ -322,7 +439,9 @@ impl SequenceBatcher {
     pub fn finished(&mut self, instance: usize, now: Instant) -> Vec<(Pending, Error)> {
         let mut ended = Vec::new();
         let mut failed = Vec::new();
-        for (id, seq) in self.active.iter_mut().filter(|(_, s)| s.in_flight == Some(instance)) {
+        let ran = self.running.get_mut(instance).map(std::mem::take).unwrap_or_default();
+        for id in ran {
+            let Some(seq) = self.sequences.get_mut(&id).filter(|s| s.in_flight == Some(instance)) else { continue };
             seq.in_flight = None;
             seq.last_active = now;
             if seq.ending {
@@ -338,39 +457,78 @@ impl SequenceBatcher {
                     ended.push(id.clone());
                 }
             }
+            self.reindex(&id);
         }
         self.queued -= failed.len();
         for id in ended {
             self.release(&id);
         }
+        self.evict_over_cap();
         self.publish();
         failed
+    }
+
+    /// While the state held is over `max_state_bytes`, evicts the idle sequences holding
+    /// state, longest idle first; each eviction is remembered so the sequence's next request
+    /// is refused saying why. Sequences running or with a request queued are never evicted.
+    fn evict_over_cap(&mut self) {
+        let Some(cap) = self.policy.max_state_bytes else { return };
+        let mut held = self.store.bytes();
+        if held <= cap {
+            return;
+        }
+        let mut victims = Vec::new();
+        for id in self.idle.values() {
+            if held <= cap {
+                break;
+            }
+            let bytes = self.store.bytes_of(id);
+            if bytes > 0 {
+                held -= bytes;
+                victims.push(id.clone());
+            }
+        }
+        for id in victims {
+            tracing::info!(
+                "sequence {id} of model '{}' evicted: the implicit state held is over max_sequence_state_bytes ({cap})",
+                self.model
+            );
+            self.figures.sequence.eviction();
+            self.release(&id);
+            if self.evicted.insert(id.clone()) {
+                self.evicted_order.push_back(id);
+                while self.evicted_order.len() > EVICTED_REMEMBERED {
+                    let old = self.evicted_order.pop_front().expect("non-empty");
+                    self.evicted.remove(&old);
+                }
+            }
+        }
     }
 
     /// The instance died: its running requests were answered with an error and changed no
     /// state, so its sequences go on from their last state (an END that failed can be sent
     /// again).
     pub fn instance_down(&mut self, instance: usize) {
-        for seq in self.active.values_mut().filter(|s| s.in_flight == Some(instance)) {
+        let ran = self.running.get_mut(instance).map(std::mem::take).unwrap_or_default();
+        for id in ran {
+            let Some(seq) = self.sequences.get_mut(&id).filter(|s| s.in_flight == Some(instance)) else { continue };
             seq.in_flight = None;
             seq.ending = false;
+            self.reindex(&id);
         }
     }
 
-    /// Frees the slots of sequences idle past `max_sequence_idle_microseconds`.
+    /// Frees the slots of sequences idle past `max_sequence_idle_microseconds`: the idle
+    /// sequences are ordered by their last activity, so only the expired ones are visited.
     pub fn expire_idle(&mut self, now: Instant) {
         if self.policy.max_idle.is_zero() {
             return;
         }
-        let idle: Vec<CorrelationId> = self
-            .active
-            .iter()
-            .filter(|(_, s)| {
-                s.in_flight.is_none() && s.queue.is_empty() && now.duration_since(s.last_active) >= self.policy.max_idle
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in idle {
+        while let Some((&(last, _), id)) = self.idle.first_key_value() {
+            if now.saturating_duration_since(last) < self.policy.max_idle {
+                break;
+            }
+            let id = id.clone();
             tracing::debug!("sequence {id} of model '{}' idle: its slot is freed", self.model);
             self.figures.sequence.idle_release();
             self.release(&id);
@@ -378,33 +536,51 @@ impl SequenceBatcher {
         self.publish();
     }
 
-    /// Removes queued requests whose client has gone.
+    /// Removes queued requests whose client has gone. It visits every queued request: the
+    /// scheduler calls it at most every few milliseconds, not on every turn.
     pub fn take_cancelled(&mut self) -> Vec<Pending> {
         let mut gone = Vec::new();
-        let queues =
-            self.active.values_mut().map(|s| &mut s.queue).chain(self.backlog.iter_mut().map(|(_, s)| &mut s.queue));
-        for q in queues {
-            let (g, keep): (VecDeque<Pending>, VecDeque<Pending>) = q.drain(..).partition(|p| p.reply.is_closed());
-            *q = keep;
+        let mut touched = Vec::new();
+        for (id, s) in self.sequences.iter_mut() {
+            if !s.queue.iter().any(|p| p.reply.is_closed()) {
+                continue;
+            }
+            let (g, keep): (VecDeque<Pending>, VecDeque<Pending>) =
+                s.queue.drain(..).partition(|p| p.reply.is_closed());
+            s.queue = keep;
             gone.extend(g);
+            touched.push(id.clone());
+        }
+        for id in touched {
+            // A backlogged sequence with nothing left to run is dropped.
+            if self.sequences.get(&id).is_some_and(|s| s.waiting && s.queue.is_empty()) {
+                self.forget(&id);
+            } else {
+                self.reindex(&id);
+            }
         }
         let (g, keep): (VecDeque<_>, VecDeque<_>) = self.orphans.drain(..).partition(|(_, p, _)| p.reply.is_closed());
         self.orphans = keep;
         gone.extend(g.into_iter().map(|(_, p, _)| p));
         self.queued -= gone.len();
-        // A backlogged sequence with nothing left to run is dropped.
-        self.backlog.retain(|(_, s)| !s.queue.is_empty());
         self.publish();
         gone
     }
 
     pub fn drain_all(&mut self) -> Vec<Pending> {
         let mut all = Vec::new();
-        for s in self.active.values_mut() {
+        for s in self.sequences.values_mut() {
             all.extend(s.queue.drain(..));
         }
-        for (_, mut s) in self.backlog.drain(..) {
-            all.extend(s.queue.drain(..));
+        let waiting: Vec<CorrelationId> =
+            self.sequences.iter().filter(|(_, s)| s.waiting).map(|(id, _)| id.clone()).collect();
+        for id in waiting {
+            self.forget(&id);
+        }
+        self.backlog.clear();
+        let ids: Vec<CorrelationId> = self.sequences.keys().cloned().collect();
+        for id in ids {
+            self.reindex(&id);
         }
         all.extend(self.orphans.drain(..).map(|(_, p, _)| p));
         self.queued = 0;

@@ -11,6 +11,8 @@ pub(super) struct Slots {
     direct: bool,
     /// Direct strategy: which sequence holds each slot of each instance.
     held: Vec<Vec<Option<CorrelationId>>>,
+    /// Direct strategy: how many slots of each instance are held.
+    used: Vec<usize>,
     /// Oldest strategy: how many sequences may hold a candidate place.
     candidates: usize,
 }
@@ -28,6 +30,7 @@ impl Slots {
         Slots {
             direct: matches!(strategy, SequenceStrategy::Direct),
             held: vec![vec![None; per_instance]; instances],
+            used: vec![0; instances],
             candidates,
         }
     }
@@ -41,13 +44,9 @@ impl Slots {
     /// `Some((0, 0))` when a candidate place is free for oldest.
     pub fn free(&self, active: usize) -> Option<(usize, usize)> {
         if self.direct {
-            // Spread sequences over instances: the instance with the most free slots first.
-            let (i, slots) = self
-                .held
-                .iter()
-                .enumerate()
-                .max_by_key(|(i, s)| (s.iter().filter(|x| x.is_none()).count(), usize::MAX - i))?;
-            let j = slots.iter().position(Option::is_none)?;
+            // Spread sequences over instances: the instance with the fewest held slots first.
+            let (i, _) = self.used.iter().enumerate().min_by_key(|(i, used)| (**used, *i))?;
+            let j = self.held[i].iter().position(Option::is_none)?;
             Some((i, j))
         } else {
             (active < self.candidates).then_some((0, 0))
@@ -60,17 +59,21 @@ impl Slots {
         if !self.direct {
             return None;
         }
-        self.held[slot.0][slot.1] = Some(id.clone());
+        if self.held[slot.0][slot.1].replace(id.clone()).is_none() {
+            self.used[slot.0] += 1;
+        }
         Some(slot)
     }
 
     /// Frees a slot a sequence held.
     pub fn give_back(&mut self, (i, j): (usize, usize)) {
-        self.held[i][j] = None;
+        if self.held[i][j].take().is_some() {
+            self.used[i] -= 1;
+        }
     }
 
     /// Slots held, per instance.
     pub fn used(&self) -> impl Iterator<Item = usize> + '_ {
-        self.held.iter().map(|slots| slots.iter().filter(|s| s.is_some()).count())
+        self.used.iter().copied()
     }
 }

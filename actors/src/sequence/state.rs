@@ -16,8 +16,15 @@ use crate::tensor::Tensor;
 /// the sequence ends. Keeps the figure of the bytes it holds.
 #[derive(Debug, Clone)]
 pub struct StateStore {
-    states: Arc<Mutex<HashMap<CorrelationId, Vec<Tensor>>>>,
+    states: Arc<Mutex<States>>,
     figures: Arc<ModelFigures>,
+}
+
+#[derive(Debug, Default)]
+struct States {
+    by_id: HashMap<CorrelationId, Vec<Tensor>>,
+    /// The bytes of every state in `by_id`.
+    bytes: u64,
 }
 
 fn bytes_of(state: &[Tensor]) -> u64 {
@@ -31,21 +38,36 @@ impl StateStore {
 
     /// The sequence's last state, if it has one.
     pub fn get(&self, id: &CorrelationId) -> Option<Vec<Tensor>> {
-        self.states.lock().get(id).cloned()
+        self.states.lock().by_id.get(id).cloned()
     }
 
     /// Replaces the sequence's state.
     pub fn put(&self, id: CorrelationId, state: Vec<Tensor>) {
         let new = bytes_of(&state);
-        let old = self.states.lock().insert(id, state).map(|s| bytes_of(&s)).unwrap_or(0);
+        let mut states = self.states.lock();
+        let old = states.by_id.insert(id, state).map(|s| bytes_of(&s)).unwrap_or(0);
+        states.bytes = states.bytes - old + new;
         self.figures.sequence.state_bytes(new, old);
     }
 
-    /// Drops the sequence's state (it ended or gave its slot up).
-    pub fn remove(&self, id: &CorrelationId) {
-        if let Some(state) = self.states.lock().remove(id) {
-            self.figures.sequence.state_bytes(0, bytes_of(&state));
-        }
+    /// Drops the sequence's state (it ended or gave its slot up); returns the bytes it held.
+    pub fn remove(&self, id: &CorrelationId) -> u64 {
+        let mut states = self.states.lock();
+        let Some(state) = states.by_id.remove(id) else { return 0 };
+        let bytes = bytes_of(&state);
+        states.bytes -= bytes;
+        self.figures.sequence.state_bytes(0, bytes);
+        bytes
+    }
+
+    /// The bytes of state held by every sequence together.
+    pub fn bytes(&self) -> u64 {
+        self.states.lock().bytes
+    }
+
+    /// The bytes of state held by sequence `id`.
+    pub fn bytes_of(&self, id: &CorrelationId) -> u64 {
+        self.states.lock().by_id.get(id).map_or(0, |s| bytes_of(s))
     }
 }
 
