@@ -1,5 +1,5 @@
-//! Generates the protocol types from every `.proto` file in `proto/`, and gives the binary libtorch's run
-//! path.
+//! Generates the protocol types from every `.proto` file in `proto/`, gives the binary libtorch's run
+//! path, and exports the backend API host's functions from the binary.
 //!
 //! `protox` parses the files (no `protoc` needed), the descriptor set is written to
 //! `$OUT_DIR/tritium_descriptor.bin` for runtime reflection (pbtxt and JSON of `ModelConfig`),
@@ -34,6 +34,11 @@ fn main() {
     if let Ok(libtorch) = std::env::var("LIBTORCH") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{libtorch}/lib");
     }
+
+    // Triton backend libraries (tritium-ffi's backend API host) resolve their TRITONSERVER_* and
+    // TRITONBACKEND_* symbols against the binary's own exports.
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=TRITONSERVER_*");
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=TRITONBACKEND_*");
 
     let files = proto_files(dir);
     for file in &files {

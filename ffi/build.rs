@@ -4,11 +4,44 @@
 //! nvidia-cuda-crt wheels). Nothing CUDA is linked: the shim's libtorch_cuda and CUDA runtime
 //! symbols resolve when the server loads it after `libtorch_cuda.so`. Without the headers the
 //! crate builds without the shim (`cfg(tritium_cuda_shim)` off) and CUDA reports why it is off.
+//!
+//! It also builds the alias template of the backend API host: an empty shared library whose SONAME is a
+//! long placeholder, patched at run time into the name a backend NEEDs for Triton's core (e.g.
+//! `libtritonserver.so`), so that the backend links against Tritium's exported functions.
 
 use std::path::PathBuf;
 use std::process::Command;
 
+/// Keep in step with `ALIAS_PLACEHOLDER` in `src/backend_api/library.rs`.
+const PLACEHOLDER: &str =
+    "libtritonserver-tritium-alias-placeholder-0000000000000000000000000000000000000000000000000000000000000000.so";
+
 fn main() {
+    backend_api_alias();
+    cuda_shim();
+}
+
+/// The backend API host's alias template.
+fn backend_api_alias() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CC");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let source = out.join("alias.c");
+    std::fs::write(&source, "/* Tritium's alias for Triton's core library: no code, only a SONAME. */\n")
+        .expect("write alias.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let status = Command::new(&cc)
+        .args(["-shared", "-nostdlib", "-fPIC", "-o"])
+        .arg(out.join("alias.so"))
+        .arg(format!("-Wl,-soname,{PLACEHOLDER}"))
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running the C compiler '{cc}' for the backend API alias: {e}"));
+    assert!(status.success(), "'{cc}' failed to build the backend API alias library");
+}
+
+/// The CUDA shim, when the headers are at hand.
+fn cuda_shim() {
     println!("cargo::rustc-check-cfg=cfg(tritium_cuda_shim)");
     println!("cargo:rerun-if-changed=cuda/shim.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH");

@@ -9,7 +9,12 @@
 #     those of the repository for Triton's client examples (examples/triton_client_models/);
 #   - libtorch for the PyTorch backend at .libtorch (scripts/install_libtorch.sh: the CPU
 #     libraries and headers of PyPI's torch wheel) and the bundled TorchScript files
-#     (model_repository/generate_torchscript.py).
+#     (model_repository/generate_torchscript.py);
+#   - Triton's Python backend for `backend: "python"` models: the PyPI wheel nvidia-pytriton
+#     (Triton 2.51's libtriton_python.so, triton_python_backend_utils.py, the stubs and the
+#     reference tritonserver) in its own venv at .pytriton/venv, with numpy<2 for the stub (its
+#     pybind11 predates numpy 2), and the Python 3.11 stub copied beside libtriton_python.so
+#     (scripts/setup.sh prints the backend directory; Tritium uses it by default).
 # Idempotent and quiet: when everything is in place it only checks, in well under a second.
 # PYTHON picks the interpreter (default python3.11).
 set -euo pipefail
@@ -44,3 +49,23 @@ PYTHON="$PYTHON" bash "$REPO/scripts/install_libtorch.sh"
 "$VENV/bin/python" "$REPO/model_repository/generate_torchscript.py"
 "$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
 "$VENV/bin/python" "$REPO/examples/triton_client_models/generate.py"
+
+# Triton's Python backend (see above). The library stays where the wheel puts it: its RPATH
+# finds the wheel's bundled libraries from there.
+PYTRITON_VERSION=0.7.0
+PT_VENV="$REPO/.pytriton/venv"
+PT_SITE="$PT_VENV/lib/python3.11/site-packages"
+PT_BACKEND="$PT_SITE/pytriton/tritonserver/backends/python"
+if [ ! -x "$PT_VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$PT_VENV"
+fi
+if ! "$PT_VENV/bin/python" -c 'import importlib.metadata as m; assert m.version("nvidia-pytriton") == "'"$PYTRITON_VERSION"'"; import numpy; assert numpy.__version__ < "2"' 2>/dev/null; then
+  # --no-deps: only the backend's files and the stub's numpy are needed, not pytriton itself.
+  "$PT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    "nvidia-pytriton==$PYTRITON_VERSION" "numpy==1.26.4"
+fi
+if [ ! -x "$PT_BACKEND/triton_python_backend_stub" ]; then
+  cp "$PT_SITE/pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub" "$PT_BACKEND/"
+  chmod +x "$PT_BACKEND/triton_python_backend_stub"
+fi
+[ -f "$PT_BACKEND/libtriton_python.so" ] || { echo "setup.sh: $PT_BACKEND/libtriton_python.so is missing after installing nvidia-pytriton==$PYTRITON_VERSION" >&2; exit 1; }

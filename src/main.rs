@@ -14,6 +14,7 @@ mod server;
 mod shm;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,7 +88,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Err(why) => tracing::info!("CUDA off for PyTorch models: {why}"),
     }
     let engine = Engine::new();
-    let backend_env = BackendEnv { onnxruntime_library: cli.onnxruntime_library.clone() };
+    let backend_env = BackendEnv {
+        onnxruntime_library: cli.onnxruntime_library.clone(),
+        backend_directory: cli.resources.backend_directory.clone().map(PathBuf::from),
+        backend_config: cli.resources.backend_config.clone(),
+    };
     let repository = Arc::new(RepositoryManager::new(
         RepositoryOptions {
             repositories: cli.model_repository.clone(),

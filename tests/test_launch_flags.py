@@ -73,7 +73,6 @@ def test_bad_values_are_refused_with_tritons_syntax(tmp_path):
 
 def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
     flags = ["--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
-             "--backend-directory=/opt/tritonserver/backends", "--backend-config=onnxruntime,x=y",
              "--cache-config=local,size=1048576", "--rate-limit=execution_count",
              "--rate-limit-resource=R1:4", "--grpc-infer-allocation-pool-size=16",
              "--grpc-keepalive-permit-without-calls=0", "--grpc-http2-max-ping-strikes=0",

@@ -5,5 +5,8 @@
 //! Rust. Modules:
 //! - [`cuda`]: enabling CUDA at run time (the `libtorch_cuda.so` beside the libtorch in use) and the C++ shim
 //!   over libtorch's CUDA streams, graphs and events, which `tch` does not expose.
+//! - [`backend_api`]: the host of Triton backend libraries (Triton's Python backend first): the
+//!   `TRITONSERVER_*`/`TRITONBACKEND_*` functions a backend calls, and loading and driving it.
 #![deny(unsafe_op_in_unsafe_fn)]
+pub mod backend_api;
 pub mod cuda;

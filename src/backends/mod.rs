@@ -8,6 +8,7 @@ pub mod identity;
 pub mod onnx;
 pub mod pytorch;
 pub mod text;
+pub mod triton;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +23,11 @@ use crate::config::ModelConfig;
 pub struct BackendEnv {
     /// ONNX Runtime's shared library; `None` = the one `scripts/setup.sh` installs.
     pub onnxruntime_library: Option<PathBuf>,
+    /// Where Triton backend libraries are (`<dir>/<name>/libtriton_<name>.so`); `None` = the
+    /// one `scripts/setup.sh` prepares (Triton's Python backend from nvidia-pytriton).
+    pub backend_directory: Option<PathBuf>,
+    /// `--backend-config` settings, `<backend>,<key>=<value>`.
+    pub backend_config: Vec<String>,
 }
 
 /// Where `scripts/setup.sh` puts ONNX Runtime (from the `onnxruntime` wheel in `.venv`).
@@ -30,9 +36,18 @@ pub const SETUP_ONNXRUNTIME_LIBRARY: &str = concat!(
     "/.venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1"
 );
 
+/// Where `scripts/setup.sh` puts Triton's backends: those of the nvidia-pytriton wheel in its
+/// venv, with the Python backend's stub beside its library.
+pub const SETUP_BACKEND_DIRECTORY: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/.pytriton/venv/lib/python3.11/site-packages/pytriton/tritonserver/backends");
+
 impl BackendEnv {
     pub fn onnxruntime_library(&self) -> PathBuf {
         self.onnxruntime_library.clone().unwrap_or_else(|| PathBuf::from(SETUP_ONNXRUNTIME_LIBRARY))
+    }
+
+    pub fn backend_directory(&self) -> PathBuf {
+        self.backend_directory.clone().unwrap_or_else(|| PathBuf::from(SETUP_BACKEND_DIRECTORY))
     }
 }
 
@@ -142,9 +157,14 @@ pub fn factory(
         "pooling" => Ok(Arc::new(text::PoolingFactory::new(config)?)),
         "square" => Ok(Arc::new(decoupled::SquareFactory::from_config(config)?)),
         "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
+        other if other == "python" || triton::library_path(&env.backend_directory(), other).is_file() => {
+            let dir = env.backend_directory();
+            Ok(Arc::new(triton::TritonFactory::new(config, model_dir, version, &dir, &env.backend_config)?))
+        }
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling)",
-            config.name
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling, and Triton backend libraries in {})",
+            config.name,
+            env.backend_directory().display()
         ))),
     }
 }

@@ -81,9 +81,6 @@ pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
         "--grpc-max-connection-age-grace",
         "it applies only with --grpc-max-connection-age",
     );
-    let builtin = "Tritium's backends are built into the binary (issue 14)";
-    note(r.backend_directory.is_some(), "--backend-directory", builtin);
-    note(!r.backend_config.is_empty(), "--backend-config", builtin);
     note(r.repoagent_directory.is_some(), "--repoagent-directory", "Tritium has no repository agents");
     let no_cache = "Tritium has no response cache yet (issue 21); every request runs its model";
     note(!r.cache_config.is_empty(), "--cache-config", no_cache);
@@ -169,11 +166,10 @@ mod tests {
             "--cuda-memory-pool-byte-size=0:1024",
             "--cache-config=local,size=1048576",
             "--rate-limit=execution_count",
-            "--backend-directory=/opt/tritonserver/backends",
             "--grpc-http2-max-ping-strikes=0",
             "--host-policy=cpu,numa-node=0",
         ]));
-        assert_eq!(notes.len(), 7, "{notes:#?}");
+        assert_eq!(notes.len(), 6, "{notes:#?}");
         assert!(notes.iter().all(|n| n.contains("has no effect: ")));
         assert!(
             notes[0].starts_with("--pinned-memory-pool-byte-size") || notes.iter().any(|n| n.starts_with("--pinned"))

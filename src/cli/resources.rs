@@ -62,12 +62,12 @@ fn parse_resource(s: &str) -> Result<String, String> {
 
 #[derive(Debug, Clone, Args)]
 pub struct ResourceFlags {
-    /// Where Triton looks for backend libraries. Tritium's backends are built in: accepted,
-    /// no effect.
+    /// Where Triton backend libraries are: `<dir>/<name>/libtriton_<name>.so` serves
+    /// `backend: "<name>"` (default: the Python backend that scripts/setup.sh prepares).
     #[arg(long, help_heading = "Backend")]
     pub backend_directory: Option<String>,
-    /// `<backend>,<setting>=<value>` for Triton's backend libraries. Not applied by Tritium's
-    /// built-in backends yet: accepted, no effect.
+    /// `<backend>,<setting>=<value>` for Triton's backend libraries (their `cmdline` config,
+    /// e.g. `python,shm-default-byte-size=4194304`).
     #[arg(long, action = ArgAction::Append, value_parser = parse_named_setting, help_heading = "Backend")]
     pub backend_config: Vec<String>,
 

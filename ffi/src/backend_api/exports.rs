@@ -1,0 +1,150 @@
+//! Every function Tritium exports to backends, in one table: referencing them here keeps the
+//! linker from dropping any, and the binary's build exports them dynamically
+//! (`--export-dynamic-symbol`), so a backend's undefined `TRITONSERVER_*` and `TRITONBACKEND_*`
+//! symbols resolve to them.
+
+#[allow(unused_imports)]
+use super::{error::*, message::*, model::*, request::*, response::*, server::*};
+
+/// The exported functions' addresses.
+pub fn table() -> Vec<*const ()> {
+    vec![
+        TRITONBACKEND_ApiVersion as *const (),
+        TRITONBACKEND_BackendArtifacts as *const (),
+        TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup as *const (),
+        TRITONBACKEND_BackendAttributeSetParallelModelInstanceLoading as *const (),
+        TRITONBACKEND_BackendConfig as *const (),
+        TRITONBACKEND_BackendMemoryManager as *const (),
+        TRITONBACKEND_BackendName as *const (),
+        TRITONBACKEND_BackendSetState as *const (),
+        TRITONBACKEND_BackendState as *const (),
+        TRITONBACKEND_InferenceRequestTimeoutMicroseconds as *const (),
+        TRITONBACKEND_InputBuffer as *const (),
+        TRITONBACKEND_InputBufferAttributes as *const (),
+        TRITONBACKEND_InputBufferForHostPolicy as *const (),
+        TRITONBACKEND_InputProperties as *const (),
+        TRITONBACKEND_InputPropertiesForHostPolicy as *const (),
+        TRITONBACKEND_MemoryManagerAllocate as *const (),
+        TRITONBACKEND_MemoryManagerFree as *const (),
+        TRITONBACKEND_ModelAutoCompleteConfig as *const (),
+        TRITONBACKEND_ModelBackend as *const (),
+        TRITONBACKEND_ModelConfig as *const (),
+        TRITONBACKEND_ModelInstanceDeviceId as *const (),
+        TRITONBACKEND_ModelInstanceHostPolicy as *const (),
+        TRITONBACKEND_ModelInstanceKind as *const (),
+        TRITONBACKEND_ModelInstanceModel as *const (),
+        TRITONBACKEND_ModelInstanceName as *const (),
+        TRITONBACKEND_ModelInstanceReportBatchStatistics as *const (),
+        TRITONBACKEND_ModelInstanceReportStatistics as *const (),
+        TRITONBACKEND_ModelInstanceSetState as *const (),
+        TRITONBACKEND_ModelInstanceState as *const (),
+        TRITONBACKEND_ModelName as *const (),
+        TRITONBACKEND_ModelRepository as *const (),
+        TRITONBACKEND_ModelServer as *const (),
+        TRITONBACKEND_ModelSetConfig as *const (),
+        TRITONBACKEND_ModelSetState as *const (),
+        TRITONBACKEND_ModelState as *const (),
+        TRITONBACKEND_ModelVersion as *const (),
+        TRITONBACKEND_OutputBuffer as *const (),
+        TRITONBACKEND_OutputBufferAttributes as *const (),
+        TRITONBACKEND_RequestCorrelationId as *const (),
+        TRITONBACKEND_RequestCorrelationIdString as *const (),
+        TRITONBACKEND_RequestFlags as *const (),
+        TRITONBACKEND_RequestId as *const (),
+        TRITONBACKEND_RequestInput as *const (),
+        TRITONBACKEND_RequestInputByIndex as *const (),
+        TRITONBACKEND_RequestInputCount as *const (),
+        TRITONBACKEND_RequestInputName as *const (),
+        TRITONBACKEND_RequestIsCancelled as *const (),
+        TRITONBACKEND_RequestOutputCount as *const (),
+        TRITONBACKEND_RequestOutputName as *const (),
+        TRITONBACKEND_RequestParameter as *const (),
+        TRITONBACKEND_RequestParameterCount as *const (),
+        TRITONBACKEND_RequestRelease as *const (),
+        TRITONBACKEND_RequestTrace as *const (),
+        TRITONBACKEND_ResponseDelete as *const (),
+        TRITONBACKEND_ResponseFactoryDelete as *const (),
+        TRITONBACKEND_ResponseFactoryIsCancelled as *const (),
+        TRITONBACKEND_ResponseFactoryNew as *const (),
+        TRITONBACKEND_ResponseFactorySendFlags as *const (),
+        TRITONBACKEND_ResponseNew as *const (),
+        TRITONBACKEND_ResponseNewFromFactory as *const (),
+        TRITONBACKEND_ResponseOutput as *const (),
+        TRITONBACKEND_ResponseSend as *const (),
+        TRITONSERVER_BufferAttributesCudaIpcHandle as *const (),
+        TRITONSERVER_DataTypeByteSize as *const (),
+        TRITONSERVER_DataTypeString as *const (),
+        TRITONSERVER_ErrorCode as *const (),
+        TRITONSERVER_ErrorCodeString as *const (),
+        TRITONSERVER_ErrorDelete as *const (),
+        TRITONSERVER_ErrorMessage as *const (),
+        TRITONSERVER_ErrorNew as *const (),
+        TRITONSERVER_GetMetricFamilyKind as *const (),
+        TRITONSERVER_InferenceRequestAddInput as *const (),
+        TRITONSERVER_InferenceRequestAddRequestedOutput as *const (),
+        TRITONSERVER_InferenceRequestAppendInputData as *const (),
+        TRITONSERVER_InferenceRequestDelete as *const (),
+        TRITONSERVER_InferenceRequestNew as *const (),
+        TRITONSERVER_InferenceRequestSetBoolParameter as *const (),
+        TRITONSERVER_InferenceRequestSetCorrelationId as *const (),
+        TRITONSERVER_InferenceRequestSetCorrelationIdString as *const (),
+        TRITONSERVER_InferenceRequestSetFlags as *const (),
+        TRITONSERVER_InferenceRequestSetId as *const (),
+        TRITONSERVER_InferenceRequestSetIntParameter as *const (),
+        TRITONSERVER_InferenceRequestSetReleaseCallback as *const (),
+        TRITONSERVER_InferenceRequestSetResponseCallback as *const (),
+        TRITONSERVER_InferenceRequestSetStringParameter as *const (),
+        TRITONSERVER_InferenceRequestSetTimeoutMicroseconds as *const (),
+        TRITONSERVER_InferenceResponseDelete as *const (),
+        TRITONSERVER_InferenceResponseError as *const (),
+        TRITONSERVER_InferenceResponseOutput as *const (),
+        TRITONSERVER_InferenceResponseOutputCount as *const (),
+        TRITONSERVER_InferenceTraceContext as *const (),
+        TRITONSERVER_InferenceTraceSpawnChildTrace as *const (),
+        TRITONSERVER_InstanceGroupKindString as *const (),
+        TRITONSERVER_LogMessage as *const (),
+        TRITONSERVER_MemoryTypeString as *const (),
+        TRITONSERVER_MessageDelete as *const (),
+        TRITONSERVER_MessageNewFromSerializedJson as *const (),
+        TRITONSERVER_MessageSerializeToJson as *const (),
+        TRITONSERVER_MetricArgsDelete as *const (),
+        TRITONSERVER_MetricArgsNew as *const (),
+        TRITONSERVER_MetricArgsSetHistogram as *const (),
+        TRITONSERVER_MetricDelete as *const (),
+        TRITONSERVER_MetricFamilyDelete as *const (),
+        TRITONSERVER_MetricFamilyNew as *const (),
+        TRITONSERVER_MetricIncrement as *const (),
+        TRITONSERVER_MetricNewWithArgs as *const (),
+        TRITONSERVER_MetricObserve as *const (),
+        TRITONSERVER_MetricSet as *const (),
+        TRITONSERVER_MetricValue as *const (),
+        TRITONSERVER_ParameterBytesNew as *const (),
+        TRITONSERVER_ParameterDelete as *const (),
+        TRITONSERVER_ParameterNew as *const (),
+        TRITONSERVER_ResponseAllocatorDelete as *const (),
+        TRITONSERVER_ResponseAllocatorNew as *const (),
+        TRITONSERVER_ResponseAllocatorSetQueryFunction as *const (),
+        TRITONSERVER_ServerInferAsync as *const (),
+        TRITONSERVER_ServerLoadModelWithParameters as *const (),
+        TRITONSERVER_ServerModelIsReady as *const (),
+        TRITONSERVER_ServerModelTransactionProperties as *const (),
+        TRITONSERVER_ServerUnloadModel as *const (),
+        TRITONSERVER_ServerUnloadModelAndDependents as *const (),
+    ]
+}
+
+/// Called before a backend is loaded, so the table (and every export) is part of the binary.
+pub(crate) fn keep() {
+    std::hint::black_box(table());
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_export_is_a_distinct_function() {
+        let t = super::table();
+        let unique: std::collections::HashSet<_> = t.iter().collect();
+        assert_eq!(unique.len(), t.len());
+        assert_eq!(t.len(), 121, "the functions Triton 2.51's Python backend calls");
+    }
+}

@@ -1,0 +1,326 @@
+//! The safe face of the backend API host, for Tritium's `triton` backend: load a backend library
+//! (once per path), initialize model versions and instances on it, and run requests through an
+//! instance, reading each request's responses from a channel. Nothing here is `extern "C"`;
+//! the types are plain Rust.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::abi::*;
+use super::boundary::c_string;
+use super::error::{code_name, Error};
+use super::library::Library;
+use super::model::{name, Backend, BackendAttribute, Instance, Model};
+use super::request::Request;
+use super::response::Sink;
+
+/// A tensor crossing the boundary: a Triton datatype name (`FP32`), a shape and its bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    pub data: Bytes,
+}
+
+/// A request parameter's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostParam {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+}
+
+/// One request for `execute`.
+#[derive(Debug, Clone, Default)]
+pub struct HostRequest {
+    pub id: String,
+    pub correlation_id: u64,
+    /// A string correlation ID (then `correlation_id` is unused).
+    pub correlation_text: Option<String>,
+    /// `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START` / `_END`.
+    pub flags: u32,
+    pub timeout_us: u64,
+    pub inputs: Vec<HostTensor>,
+    /// Requested output names; empty = all.
+    pub outputs: Vec<String>,
+    pub parameters: Vec<(String, HostParam)>,
+}
+
+/// An error from the backend or the host: Triton's code and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl HostError {
+    /// Triton's name of the code (`Invalid argument`, …).
+    pub fn code_name(&self) -> &'static str {
+        code_name(self.code)
+    }
+
+    fn from_raw(ptr: *mut Error) -> Option<HostError> {
+        // SAFETY: `ptr` is null or an error object a backend entry point returned (and so gave
+        // up to its caller).
+        unsafe { Error::from_raw(ptr) }.map(HostError::from)
+    }
+}
+
+impl From<Error> for HostError {
+    fn from(e: Error) -> Self {
+        HostError { code: e.code, message: e.message().to_string() }
+    }
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// One response the backend sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostResponse {
+    pub outputs: Vec<HostTensor>,
+    pub error: Option<HostError>,
+    pub is_final: bool,
+}
+
+/// What arrives on a request's channel: responses, or flags sent without one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostEvent {
+    Response(HostResponse),
+    Flags(u32),
+}
+
+impl HostEvent {
+    pub fn is_final(&self) -> bool {
+        match self {
+            HostEvent::Response(r) => r.is_final,
+            HostEvent::Flags(f) => f & RESPONSE_COMPLETE_FINAL != 0,
+        }
+    }
+}
+
+/// Which backend to load and how to present it.
+#[derive(Debug, Clone)]
+pub struct BackendSpec {
+    /// The backend's name (`python`).
+    pub name: String,
+    /// `<backend-directory>/<name>/libtriton_<name>.so`.
+    pub library: PathBuf,
+    /// Triton's backend config as JSON: `{"cmdline": {"key": "value", …}}`.
+    pub config_json: String,
+}
+
+/// A loaded, initialized backend library.
+#[derive(Clone)]
+pub struct LoadedBackend(Arc<Backend>);
+
+// SAFETY: the library's handle is only used to look up entry points at load, and backends are
+// called from any thread in Triton too (the API requires them to be thread-safe).
+unsafe impl Send for Library {}
+// SAFETY: as above; `Library` holds only function pointers after load.
+unsafe impl Sync for Library {}
+
+static BACKENDS: Mutex<Option<HashMap<PathBuf, LoadedBackend>>> = Mutex::new(None);
+
+/// Loads and initializes a backend library, or returns the one already loaded from that path.
+pub fn load_backend(spec: &BackendSpec) -> Result<LoadedBackend, HostError> {
+    let mut backends =
+        BACKENDS.lock().map_err(|_| HostError::from(Error::new(ERROR_INTERNAL, "backend registry poisoned")))?;
+    let backends = backends.get_or_insert_with(HashMap::new);
+    if let Some(b) = backends.get(&spec.library) {
+        return Ok(b.clone());
+    }
+    let library = Library::load(&spec.library)?;
+    let location = spec.library.parent().unwrap_or(Path::new("/"));
+    let backend = Arc::new(Backend {
+        name: c_string(&spec.name),
+        location: c_string(&location.to_string_lossy()),
+        config: spec.config_json.clone().into_bytes(),
+        state: AtomicPtr::new(std::ptr::null_mut()),
+        library,
+    });
+    let ptr = Arc::as_ptr(&backend).cast_mut();
+    if let Some(init) = backend.library.initialize {
+        // SAFETY: the backend's entry point, called with a backend object that lives in `backend`.
+        if let Some(e) = HostError::from_raw(unsafe { init(ptr) }) {
+            return Err(HostError {
+                code: e.code,
+                message: format!("failed to initialize backend '{}': {e}", spec.name),
+            });
+        }
+    }
+    if let Some(attribute) = backend.library.backend_attribute {
+        let mut attributes = BackendAttribute::default();
+        // SAFETY: the entry point, with a live backend and an attribute object it fills in.
+        if let Some(e) = HostError::from_raw(unsafe { attribute(ptr, &mut attributes) }) {
+            return Err(HostError { code: e.code, message: format!("backend '{}' attributes: {e}", spec.name) });
+        }
+        tracing::debug!(backend = spec.name, ?attributes, "backend attributes");
+    }
+    let loaded = LoadedBackend(backend);
+    backends.insert(spec.library.clone(), loaded.clone());
+    Ok(loaded)
+}
+
+/// One model version to initialize on a backend.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    pub name: String,
+    pub version: u64,
+    /// The model's folder in the repository.
+    pub repository: PathBuf,
+    /// The model config as protobuf JSON.
+    pub config_json: String,
+    /// Whether the backend may complete the config (Triton's `--strict-model-config=false`).
+    pub auto_complete: bool,
+}
+
+/// An initialized model version; finalized when it and its instances are gone.
+pub struct LoadedModel(Arc<Model>);
+
+impl LoadedBackend {
+    /// Creates the model object and runs the backend's `ModelInitialize`.
+    pub fn load_model(&self, spec: &ModelSpec) -> Result<LoadedModel, HostError> {
+        let model = Arc::new(Model {
+            name: name(&spec.name),
+            version: spec.version,
+            repository: c_string(&spec.repository.to_string_lossy()),
+            config: Mutex::new(spec.config_json.clone().into_bytes()),
+            auto_complete: spec.auto_complete,
+            state: AtomicPtr::new(std::ptr::null_mut()),
+            initialized: AtomicBool::new(false),
+            backend: self.0.clone(),
+        });
+        if let Some(init) = self.0.library.model_initialize {
+            // SAFETY: the backend's entry point with a model object that `model` keeps alive.
+            if let Some(e) = HostError::from_raw(unsafe { init(Arc::as_ptr(&model).cast_mut()) }) {
+                return Err(e);
+            }
+        }
+        model.initialized.store(true, std::sync::atomic::Ordering::Release);
+        Ok(LoadedModel(model))
+    }
+}
+
+/// Where an instance runs.
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    pub name: String,
+    /// `TRITONSERVER_INSTANCEGROUPKIND_*`.
+    pub kind: InstanceGroupKind,
+    pub device_id: i32,
+}
+
+/// An initialized instance; finalized when dropped.
+pub struct LoadedInstance(Arc<Instance>);
+
+impl LoadedModel {
+    /// The model config as the backend left it (after auto-complete), as JSON.
+    pub fn config_json(&self) -> String {
+        String::from_utf8_lossy(&self.0.config.lock().map(|c| c.clone()).unwrap_or_default()).into_owned()
+    }
+
+    /// Creates an instance object and runs the backend's `ModelInstanceInitialize`.
+    pub fn load_instance(&self, spec: &InstanceSpec) -> Result<LoadedInstance, HostError> {
+        let policy = if spec.kind == INSTANCEGROUPKIND_GPU { format!("gpu_{}", spec.device_id) } else { "cpu".into() };
+        let instance = Arc::new(Instance {
+            name: name(&spec.name),
+            kind: spec.kind,
+            device_id: spec.device_id,
+            host_policy: format!("{{\"{policy}\":{{}}}}").into_bytes(),
+            state: AtomicPtr::new(std::ptr::null_mut()),
+            initialized: AtomicBool::new(false),
+            model: self.0.clone(),
+        });
+        if let Some(init) = self.0.backend.library.instance_initialize {
+            // SAFETY: the backend's entry point with an instance object `instance` keeps alive.
+            if let Some(e) = HostError::from_raw(unsafe { init(Arc::as_ptr(&instance).cast_mut()) }) {
+                return Err(e);
+            }
+        }
+        instance.initialized.store(true, std::sync::atomic::Ordering::Release);
+        Ok(LoadedInstance(instance))
+    }
+}
+
+/// A request in flight: its responses arrive on `events`; `cancel` marks it cancelled for the
+/// backend (`TRITONBACKEND_RequestIsCancelled`).
+pub struct Pending {
+    pub events: Receiver<HostEvent>,
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl LoadedInstance {
+    /// Hands the requests to the backend's `ModelInstanceExecute`. The channels close when the
+    /// backend has released the request and dropped its response factories.
+    pub fn execute(&mut self, requests: Vec<HostRequest>) -> Result<Vec<Pending>, HostError> {
+        let mut pending = Vec::with_capacity(requests.len());
+        let mut raw: Vec<*mut Request> = Vec::with_capacity(requests.len());
+        for r in requests {
+            let (tx, rx) = channel();
+            let cancel = Arc::new(AtomicBool::new(false));
+            raw.push(Box::into_raw(Box::new(Request::new(r, Arc::new(Sink::new(tx, cancel.clone()))))));
+            pending.push(Pending { events: rx, cancel });
+        }
+        let execute = self.0.model.backend.library.instance_execute;
+        // SAFETY: the backend's entry point with a live instance and requests it now owns until
+        // it releases them.
+        let error = unsafe { execute(Arc::as_ptr(&self.0).cast_mut(), raw.as_mut_ptr(), raw.len() as u32) };
+        if let Some(e) = HostError::from_raw(error) {
+            // On an error the backend has not taken the requests (the header's contract).
+            for r in raw {
+                // SAFETY: made by `Box::into_raw` above and not released by the backend.
+                drop(unsafe { Box::from_raw(r) });
+            }
+            return Err(e);
+        }
+        Ok(pending)
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        if let (true, Some(fini)) =
+            (self.initialized.load(std::sync::atomic::Ordering::Acquire), self.backend.library.model_finalize)
+        {
+            // SAFETY: the backend's entry point, once, with the model object still alive.
+            if let Some(e) = HostError::from_raw(unsafe { fini(self as *mut Model) }) {
+                tracing::error!(model = ?self.name, "model finalize failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let (true, Some(fini)) =
+            (self.initialized.load(std::sync::atomic::Ordering::Acquire), self.model.backend.library.instance_finalize)
+        {
+            // SAFETY: the backend's entry point, once, with the instance object still alive.
+            if let Some(e) = HostError::from_raw(unsafe { fini(self as *mut Instance) }) {
+                tracing::error!(instance = ?self.name, "instance finalize failed: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(fini) = self.library.finalize {
+            // SAFETY: the backend's entry point, once, with the backend object still alive.
+            if let Some(e) = HostError::from_raw(unsafe { fini(self as *mut Backend) }) {
+                tracing::error!(backend = ?self.name, "backend finalize failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Tritium as a host for Triton backend libraries (`libtriton_<name>.so`, such as Triton's own
+//! Python backend): the functions of `tritonbackend.h` and the `tritonserver.h` subset backends
+//! call, with Triton's C ABI and semantics, and the loader that drives a backend through
+//! `TRITONBACKEND_Initialize`, `ModelInitialize`, `ModelInstanceInitialize`,
+//! `ModelInstanceExecute` and the finalizers.
+//!
+//! The declarations are Tritium's own, written from the public headers of
+//! triton-inference-server/core. Every exported function goes through one boundary macro
+//! (`boundary::export!`) that catches panics and checks pointers. The engine never sees this
+//! module's C types: `host` is the safe API the `triton` backend of the binary uses.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod abi;
+mod boundary;
+mod elf;
+mod error;
+pub mod exports;
+mod host;
+mod library;
+mod message;
+mod model;
+mod request;
+mod response;
+mod server;
+
+pub use host::{
+    load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
+    LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending,
+};

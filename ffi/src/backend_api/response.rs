@@ -1,0 +1,207 @@
+//! `TRITONBACKEND_Response`, `TRITONBACKEND_ResponseFactory` and `TRITONBACKEND_Output`: what a
+//! backend sends back for a request. Every response and every flags-only send goes into the
+//! request's `Sink`, a channel the engine reads; a factory keeps the sink open after the
+//! request is released (decoupled models), and the sink closes when the last holder is gone.
+
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::abi::*;
+use super::boundary::{borrow, borrow_mut, export, text, write};
+use super::error::Error;
+use super::host::{HostError, HostEvent, HostResponse, HostTensor};
+use super::request::{BufferAttributes, Request};
+
+/// Where a request's responses go.
+pub struct Sink {
+    tx: Sender<HostEvent>,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Sink {
+    pub(crate) fn new(tx: Sender<HostEvent>, cancelled: Arc<AtomicBool>) -> Self {
+        Sink { tx, cancelled }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    fn send(&self, event: HostEvent) {
+        // The engine stops reading once it has the final response or gave up on the request;
+        // what comes after that has nowhere to go.
+        let _ = self.tx.send(event);
+    }
+}
+
+/// One output tensor of a response, in CPU memory Tritium allocated.
+pub struct Output {
+    name: String,
+    datatype: DataType,
+    shape: Vec<i64>,
+    buffer: Option<Vec<u8>>,
+    attributes: BufferAttributes,
+}
+
+/// One response being built; `ResponseSend` or `ResponseDelete` ends it.
+pub struct Response {
+    sink: Arc<Sink>,
+    /// Boxed: the backend holds pointers to outputs while more are added.
+    #[allow(clippy::vec_box)]
+    outputs: Vec<Box<Output>>,
+}
+
+/// A request's response factory: responses after the request is released.
+pub struct ResponseFactory {
+    sink: Arc<Sink>,
+}
+
+export! {
+    /// A new response for a request (not yet released), owned by the caller.
+    fn TRITONBACKEND_ResponseNew(response: *mut *mut Response, request: *mut Request) {
+        // SAFETY: a live request (the header's contract).
+        let r = unsafe { borrow(request, "request")? };
+        let new = Box::into_raw(Box::new(Response { sink: r.sink.clone(), outputs: Vec::new() }));
+        // SAFETY: the caller's out-parameter.
+        unsafe { write(response, new, "response") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseFactoryNew(factory: *mut *mut ResponseFactory, request: *mut Request) {
+        // SAFETY: a live request (the header's contract).
+        let r = unsafe { borrow(request, "request")? };
+        let new = Box::into_raw(Box::new(ResponseFactory { sink: r.sink.clone() }));
+        // SAFETY: the caller's out-parameter.
+        unsafe { write(factory, new, "factory") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseFactoryDelete(factory: *mut ResponseFactory) {
+        if !factory.is_null() {
+            // SAFETY: the backend gives up a factory made by `ResponseFactoryNew`, once.
+            drop(unsafe { Box::from_raw(factory) });
+        }
+        Ok(())
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseNewFromFactory(response: *mut *mut Response, factory: *mut ResponseFactory) {
+        // SAFETY: a live factory (the header's contract).
+        let f = unsafe { borrow(factory, "factory")? };
+        let new = Box::into_raw(Box::new(Response { sink: f.sink.clone(), outputs: Vec::new() }));
+        // SAFETY: the caller's out-parameter.
+        unsafe { write(response, new, "response") }
+    }
+}
+
+export! {
+    /// Sends flags without a response (the final flag of a decoupled stream).
+    fn TRITONBACKEND_ResponseFactorySendFlags(factory: *mut ResponseFactory, send_flags: u32) {
+        // SAFETY: a live factory (the header's contract).
+        unsafe { borrow(factory, "factory")? }.sink.send(HostEvent::Flags(send_flags));
+        Ok(())
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseFactoryIsCancelled(factory: *mut ResponseFactory, is_cancelled: *mut bool) {
+        // SAFETY: a live factory and the caller's out-parameter.
+        unsafe { write(is_cancelled, borrow(factory, "factory")?.sink.is_cancelled(), "is_cancelled") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseDelete(response: *mut Response) {
+        if !response.is_null() {
+            // SAFETY: the backend gives up a response it owns, once.
+            drop(unsafe { Box::from_raw(response) });
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// Adds an output to a response; the output is owned by the response.
+    fn TRITONBACKEND_ResponseOutput(response: *mut Response, output: *mut *mut Output, name: *const c_char, datatype: DataType, shape: *const i64, dims_count: u32) {
+        // SAFETY: a live response the backend does not use concurrently, and a C string.
+        let (r, name) = unsafe { (borrow_mut(response, "response")?, text(name, "name")?) };
+        let shape = if dims_count == 0 {
+            Vec::new()
+        } else if shape.is_null() {
+            return Err(Error::new(ERROR_INVALID_ARG, "shape is null"));
+        } else {
+            // SAFETY: the header's contract: `shape` holds `dims_count` values.
+            unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
+        };
+        let mut new = Box::new(Output { name: name.to_string(), datatype, shape, buffer: None, attributes: BufferAttributes::default() });
+        let ptr: *mut Output = &mut *new;
+        r.outputs.push(new);
+        // SAFETY: the caller's out-parameter; the boxed output does not move while the
+        // response lives.
+        unsafe { write(output, ptr, "output") }
+    }
+}
+
+export! {
+    /// Allocates the output's buffer, always in CPU memory (whatever memory type was asked).
+    fn TRITONBACKEND_OutputBuffer(output: *mut Output, buffer: *mut *mut c_void, buffer_byte_size: u64, memory_type: *mut MemoryType, memory_type_id: *mut i64) {
+        // SAFETY: a live output the backend does not use concurrently.
+        let o = unsafe { borrow_mut(output, "output")? };
+        if o.buffer.is_some() {
+            return Err(Error::new(ERROR_ALREADY_EXISTS, format!("output '{}' already has a buffer", o.name)));
+        }
+        let data = o.buffer.insert(vec![0u8; buffer_byte_size as usize]);
+        // SAFETY: the caller's out-parameters; the buffer lives as long as the response.
+        unsafe {
+            write(buffer, data.as_mut_ptr().cast(), "buffer")?;
+            write(memory_type, MEMORY_CPU, "memory_type")?;
+            write(memory_type_id, 0, "memory_type_id")
+        }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_OutputBufferAttributes(output: *mut Output, buffer_attributes: *mut *mut BufferAttributes) {
+        // SAFETY: a live output and the caller's out-parameter.
+        unsafe {
+            let o = borrow_mut(output, "output")?;
+            write(buffer_attributes, &mut o.attributes as *mut BufferAttributes, "buffer_attributes")
+        }
+    }
+}
+
+export! {
+    /// Sends a response (taking it over); `error` stays the backend's.
+    fn TRITONBACKEND_ResponseSend(response: *mut Response, send_flags: u32, error: *mut Error) {
+        if response.is_null() {
+            return Err(Error::new(ERROR_INVALID_ARG, "response is null"));
+        }
+        // SAFETY: the backend gives up a response it owns, once (the header's contract).
+        let r = unsafe { Box::from_raw(response) };
+        // SAFETY: a live error object or null; the backend keeps ownership.
+        let error = unsafe { error.as_ref() }.map(|e| HostError { code: e.code, message: e.message().to_string() });
+        let outputs = if error.is_some() {
+            Vec::new()
+        } else {
+            r.outputs
+                .into_iter()
+                .map(|o| HostTensor {
+                    name: o.name,
+                    datatype: data_type_name(o.datatype).to_string(),
+                    shape: o.shape,
+                    data: Bytes::from(o.buffer.unwrap_or_default()),
+                })
+                .collect()
+        };
+        let is_final = send_flags & RESPONSE_COMPLETE_FINAL != 0;
+        r.sink.send(HostEvent::Response(HostResponse { outputs, error, is_final }));
+        Ok(())
+    }
+}
