@@ -77,8 +77,9 @@ def copy_examples_repo(dest: Path, folders=("core", "decoupled", "densenet")) ->
 class Server:
     """One running tritium process on free ports, with its log in `log_path`."""
 
-    def __init__(self, repo: Path, args=(), log_dir: Path = None, exit_timeout_secs: int = 10):
+    def __init__(self, repo: Path, args=(), log_dir: Path = None, exit_timeout_secs: int = 10, env=None):
         self.repo = Path(repo)
+        self.env = env
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.exit_timeout_secs = exit_timeout_secs
         self.args = list(args)
@@ -115,7 +116,7 @@ class Server:
         where health is a restricted API) answers 200."""
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=REPO_ROOT)
+                                     cwd=REPO_ROOT, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

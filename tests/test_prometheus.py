@@ -148,7 +148,7 @@ def test_prometheus_sees_the_requests_sent(stack):
     # `exported_instance` (what the dashboard queries), and `instance` is the scrape target.
     busy = prom.vector('tritium_instance_busy_us{model="add_sub"}')
     assert len(busy) == 1, busy
-    assert busy[0][0]["exported_instance"] == "add_sub_0", busy
+    assert busy[0][0]["exported_instance"] == "add_sub_0_0", busy  # Triton names instances <group>_<i>
     assert busy[0][0]["instance"] == f"127.0.0.1:{srv.metrics_port}", busy
 
 

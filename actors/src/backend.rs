@@ -39,6 +39,9 @@ pub struct BatchInput<'a> {
     /// The request itself when the batch holds exactly one (its id, parameters and sequence
     /// flags, for backends that pass them on, such as ensembles).
     pub request: Option<&'a InferRequest>,
+    /// Every request of the batch, in order, for backends that take requests one by one (as
+    /// Triton's backend API does); empty where the caller does not give them.
+    pub requests: &'a [&'a InferRequest],
 }
 
 /// One loaded copy of a model. Runs on the instance's own thread, one batch at a time.

@@ -181,8 +181,11 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     stamp(&live, trace::COMPUTE_START, compute_start);
     stamp(&live, trace::COMPUTE_INPUT_END, input_end);
     // A cheap clone (tensor data is shared): the batch's requests move on to their answers.
-    let single = (live.len() == 1).then(|| live[0].request.clone());
-    let input = BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single.as_ref() };
+    let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
+    let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
+    let single = (requests.len() == 1).then(|| requests[0]);
+    let input =
+        BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single, requests: &requests };
 
     if policy.decoupled {
         return execute_decoupled(env, backend, live, input, compute_start, input_end).map(|()| false);

@@ -158,10 +158,13 @@ mod tests {
         let mut got = Vec::new();
         let inputs = [ints("IN", DataType::I32, &[5, 6, 7]), ints("DELAY", DataType::U32, &[1, 1, 1])];
         Repeat
-            .execute_decoupled(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None }, &mut |o| {
-                got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
-                Ok(())
-            })
+            .execute_decoupled(
+                BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None, requests: &[] },
+                &mut |o| {
+                    got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
+                    Ok(())
+                },
+            )
             .unwrap();
         assert_eq!(got, vec![(5, 0), (6, 1), (7, 2)]);
     }
@@ -171,15 +174,21 @@ mod tests {
         let mut n = 0;
         let inputs = [ints("IN", DataType::I32, &[4])];
         Square
-            .execute_decoupled(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None }, &mut |_| {
-                n += 1;
-                Ok(())
-            })
+            .execute_decoupled(
+                BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None, requests: &[] },
+                &mut |_| {
+                    n += 1;
+                    Ok(())
+                },
+            )
             .unwrap();
         assert_eq!(n, 4);
         let bad = [ints("IN", DataType::U32, &[4])];
         assert!(Square
-            .execute_decoupled(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None }, &mut |_| Ok(()))
+            .execute_decoupled(
+                BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[] },
+                &mut |_| Ok(())
+            )
             .is_err());
     }
 }

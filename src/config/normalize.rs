@@ -50,7 +50,8 @@ pub fn normalize(config: &mut ModelConfig, gpus: usize) {
     optimization.output_pinned_memory.get_or_insert(PinnedMemoryBuffer { enable: true });
 
     if config.instance_group.is_empty() {
-        config.instance_group.push(ModelInstanceGroup::default());
+        // Triton names the group it adds after the model (its instances `<model>_0`, …).
+        config.instance_group.push(ModelInstanceGroup { name: config.name.clone(), ..Default::default() });
     }
     for (index, group) in config.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {
@@ -80,7 +81,7 @@ mod tests {
         assert_eq!(config.backend, "onnxruntime");
         assert_eq!(config.default_model_filename, "model.onnx");
         let group = &config.instance_group[0];
-        assert_eq!((group.name.as_str(), group.kind, group.count), ("add_sub_0", Kind::Cpu as i32, 1));
+        assert_eq!((group.name.as_str(), group.kind, group.count), ("add_sub", Kind::Cpu as i32, 1));
         assert!(config.optimization.clone().unwrap().input_pinned_memory.unwrap().enable);
         let json = super::super::to_json(&ModelConfig { ..config.clone() });
         assert_eq!(json["version_policy"], serde_json::json!({"latest": {"num_versions": 1}}));

@@ -27,8 +27,8 @@ fn queue_policy(policy: Option<&ModelQueuePolicy>) -> QueuePolicy {
     }
 }
 
-/// The instances of every group, named as Triton names them: the group's name when it has one
-/// instance, `<group>_<i>` otherwise.
+/// The instances of every group, named as Triton names them: `<group>_<i>`, `i` counting the
+/// group's instances.
 fn instances(config: &ModelConfig) -> Vec<InstanceSpec> {
     let mut out = Vec::new();
     for group in &config.instance_group {
@@ -39,10 +39,11 @@ fn instances(config: &ModelConfig) -> Vec<InstanceSpec> {
         };
         let devices: Vec<Option<i32>> =
             if kind == InstanceKind::Gpu { group.gpus.iter().map(|g| Some(*g)).collect() } else { vec![None] };
-        let total = devices.len() * group.count.max(1) as usize;
+        let mut i = 0;
         for device in devices {
             for _ in 0..group.count.max(1) {
-                let name = if total == 1 { group.name.clone() } else { format!("{}_{}", group.name, out.len()) };
+                let name = format!("{}_{i}", group.name);
+                i += 1;
                 out.push(InstanceSpec { name, index: out.len(), kind, device, cpu_cores: Vec::new() });
             }
         }
@@ -201,7 +202,7 @@ mod tests {
     }
 
     #[test]
-    fn no_scheduler_is_direct_and_one_instance_keeps_the_group_name() {
+    fn no_scheduler_is_direct_and_the_default_group_is_named_after_the_model() {
         let p = policy(
             r#"{"name":"m","backend":"onnxruntime","input":[{"name":"I","data_type":"TYPE_FP32","dims":[4]}],"output":[{"name":"O","data_type":"TYPE_FP32","dims":[4]}]}"#,
         );

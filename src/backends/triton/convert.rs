@@ -1,27 +1,44 @@
 //! Between the engine's types and the backend API host's: a batch becomes one request, the
 //! backend's output tensors become engine tensors, and Triton's error codes become kinds.
 
-use tritium_actors::{BatchInput, CorrelationId, DataType, Error, ErrorKind, ParamValue, Result, Tensor};
+use tritium_actors::{BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, Result, Tensor};
 use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor};
 
-/// The request the backend sees for a batch: the batch's tensors, and the single request's id,
-/// parameters, sequence flags and timeout when the batch holds one.
-pub fn request(batch: &BatchInput<'_>) -> HostRequest {
-    let mut r = HostRequest {
-        inputs: batch
-            .inputs
+fn host_tensors(tensors: &[Tensor]) -> Vec<HostTensor> {
+    tensors
+        .iter()
+        .map(|t| HostTensor {
+            name: t.name.clone(),
+            datatype: t.datatype.as_str().to_string(),
+            shape: t.shape.clone(),
+            data: t.data.clone(),
+        })
+        .collect()
+}
+
+/// The requests the backend sees for a batch: each request of the batch with its own tensors,
+/// id, parameters, sequence flags and timeout, asking for `outputs` (the batch's union, so that
+/// their answers line up); or, when the caller gave no requests, the merged batch as one.
+pub fn requests(batch: &BatchInput<'_>, outputs: &[String]) -> Vec<HostRequest> {
+    if batch.requests.len() > 1 {
+        return batch
+            .requests
             .iter()
-            .map(|t| HostTensor {
-                name: t.name.clone(),
-                datatype: t.datatype.as_str().to_string(),
-                shape: t.shape.clone(),
-                data: t.data.clone(),
+            .map(|req| {
+                from_request(
+                    HostRequest { inputs: host_tensors(&req.inputs), outputs: outputs.to_vec(), ..Default::default() },
+                    Some(req),
+                )
             })
-            .collect(),
-        outputs: batch.outputs.to_vec(),
-        ..Default::default()
-    };
-    if let Some(req) = batch.request {
+            .collect();
+    }
+    let r = HostRequest { inputs: host_tensors(batch.inputs), outputs: outputs.to_vec(), ..Default::default() };
+    vec![from_request(r, batch.request)]
+}
+
+/// Adds a request's id, parameters, sequence flags and timeout.
+fn from_request(mut r: HostRequest, request: Option<&InferRequest>) -> HostRequest {
+    if let Some(req) = request {
         r.id = req.id.clone();
         r.timeout_us = req.timeout_us;
         r.parameters = req
@@ -52,6 +69,46 @@ pub fn request(batch: &BatchInput<'_>) -> HostRequest {
         }
     }
     r
+}
+
+/// The outputs of several requests' responses as one batch: each output's rows, request after
+/// request (BYTES elements are self-delimiting, so their bytes concatenate too).
+pub fn concat(model: &str, per_request: Vec<Vec<Tensor>>) -> Result<Vec<Tensor>> {
+    let mut it = per_request.into_iter();
+    let Some(first) = it.next() else { return Ok(Vec::new()) };
+    let mut merged: Vec<(Tensor, Vec<bytes::Bytes>)> = first.into_iter().map(|t| (t.clone(), vec![t.data])).collect();
+    for outputs in it {
+        if outputs.len() != merged.len() {
+            return Err(Error::internal(format!("model '{model}': the responses of one batch have different outputs")));
+        }
+        for t in outputs {
+            let Some((m, parts)) = merged.iter_mut().find(|(m, _)| m.name == t.name) else {
+                return Err(Error::internal(format!(
+                    "model '{model}': output '{}' is missing from a response of the batch",
+                    t.name
+                )));
+            };
+            if t.datatype != m.datatype
+                || t.shape.len() != m.shape.len()
+                || t.shape.get(1..) != m.shape.get(1..)
+                || t.shape.is_empty()
+            {
+                return Err(Error::internal(format!(
+                    "model '{model}': output '{}' of the batch's responses cannot be joined: {:?} {} and {:?} {}",
+                    t.name, m.shape, m.datatype, t.shape, t.datatype
+                )));
+            }
+            m.shape[0] += t.shape[0];
+            parts.push(t.data);
+        }
+    }
+    Ok(merged
+        .into_iter()
+        .map(|(mut t, parts)| {
+            t.data = if parts.len() == 1 { parts.into_iter().next().expect("one part") } else { parts.concat().into() };
+            t
+        })
+        .collect())
 }
 
 /// An output tensor of the backend as an engine tensor.
@@ -85,6 +142,18 @@ pub fn error_in(model: &str, e: HostError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn t(shape: Vec<i64>, data: &[u8]) -> Tensor {
+        Tensor { name: "O".into(), datatype: DataType::U8, shape, data: bytes::Bytes::copy_from_slice(data) }
+    }
+
+    #[test]
+    fn responses_of_a_batch_join_row_after_row() {
+        let joined = concat("m", vec![vec![t(vec![1, 2], &[1, 2])], vec![t(vec![2, 2], &[3, 4, 5, 6])]]).unwrap();
+        assert_eq!(joined, vec![t(vec![3, 2], &[1, 2, 3, 4, 5, 6])]);
+        let err = concat("m", vec![vec![t(vec![1, 2], &[1, 2])], vec![t(vec![1, 3], &[3, 4, 5])]]).unwrap_err();
+        assert!(err.message.contains("cannot be joined"), "{}", err.message);
+    }
 
     #[test]
     fn every_triton_code_keeps_its_kind() {

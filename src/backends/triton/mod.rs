@@ -45,24 +45,6 @@ pub struct TritonFactory {
     decoupled: bool,
     /// The config's output names: what a request that names none asks for (as in Triton).
     outputs: Vec<String>,
-    /// The instance names the backend sees, by instance index: `<group>_<i>` as Triton names
-    /// them (Tritium's own names drop `_0` for a group of one).
-    instance_names: Vec<String>,
-}
-
-/// Triton's names of a config's instances, in the engine's order (group by group, each
-/// group's devices, `count` per device).
-fn triton_instance_names(config: &ModelConfig) -> Vec<String> {
-    let mut names = Vec::new();
-    for group in &config.instance_group {
-        let per_device = group.count.max(1) as usize;
-        let gpu = group.kind == crate::config::model_instance_group::Kind::Gpu as i32;
-        let devices = if gpu { group.gpus.len().max(1) } else { 1 };
-        for i in 0..devices * per_device {
-            names.push(format!("{}_{}", group.name, i % per_device));
-        }
-    }
-    names
 }
 
 impl TritonFactory {
@@ -100,8 +82,7 @@ impl TritonFactory {
             .map_err(|e| convert::error_in(&config.name, e))?;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         let outputs = config.output.iter().map(|o| o.name.clone()).collect();
-        let instance_names = triton_instance_names(config);
-        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs, instance_names })
+        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs })
     }
 }
 
@@ -115,7 +96,7 @@ impl BackendFactory for TritonFactory {
         let loaded = self
             .model
             .load_instance(&host::InstanceSpec {
-                name: self.instance_names.get(instance.index).cloned().unwrap_or_else(|| instance.name.clone()),
+                name: instance.name.clone(),
                 kind,
                 device_id: instance.device.unwrap_or(0),
             })
@@ -138,52 +119,62 @@ pub struct TritonInstance {
 }
 
 impl TritonInstance {
-    /// Runs one request and hands each response's outputs to `emit`, until the final flag.
-    fn run(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>) -> Result<()> {
-        let mut request = convert::request(&batch);
-        if request.outputs.is_empty() {
-            request.outputs = self.outputs.clone();
-        }
-        let pending = self.instance.execute(vec![request]).map_err(|e| convert::error_in(&self.model, e))?;
-        let pending = pending.into_iter().next().expect("one pending per request");
-        let mut responses = 0usize;
-        loop {
-            let Ok(event) = pending.events.recv() else {
-                return Err(Error::internal(format!(
-                    "model '{}': the backend released the request without a final response ({responses} responses sent)",
-                    self.model
-                )));
-            };
-            let is_final = event.is_final();
-            if let HostEvent::Response(r) = event {
-                responses += 1;
-                if let Some(e) = r.error {
-                    return Err(convert::error(e));
+    /// Hands the batch's requests to the backend and reads each one's responses until its
+    /// final flag, giving `emit` the request index and each response's outputs.
+    fn run(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>) -> Result<()> {
+        let outputs = if batch.outputs.is_empty() { &self.outputs[..] } else { batch.outputs };
+        let requests = convert::requests(&batch, outputs);
+        let pending = self.instance.execute(requests).map_err(|e| convert::error_in(&self.model, e))?;
+        let mut failure = None;
+        for (index, p) in pending.into_iter().enumerate() {
+            let mut responses = 0usize;
+            loop {
+                let Ok(event) = p.events.recv() else {
+                    failure.get_or_insert(Error::internal(format!(
+                        "model '{}': the backend released the request without a final response ({responses} responses sent)",
+                        self.model
+                    )));
+                    break;
+                };
+                let is_final = event.is_final();
+                if let HostEvent::Response(r) = event {
+                    responses += 1;
+                    if let Some(e) = r.error {
+                        failure.get_or_insert(convert::error(e));
+                    } else if failure.is_none() && (!r.outputs.is_empty() || !self.decoupled || !is_final) {
+                        let outputs = r.outputs.into_iter().map(convert::tensor).collect::<Result<_>>();
+                        if let Err(e) = outputs.and_then(|o| emit(index, o)) {
+                            failure.get_or_insert(e);
+                        }
+                    }
                 }
-                if !r.outputs.is_empty() || !self.decoupled || !is_final {
-                    emit(r.outputs.into_iter().map(convert::tensor).collect::<Result<_>>()?)?;
+                if is_final {
+                    break;
                 }
             }
-            if is_final {
-                return Ok(());
-            }
         }
+        failure.map_or(Ok(()), Err)
     }
 }
 
 impl Backend for TritonInstance {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        let mut outputs = None;
+        let count = batch.requests.len().max(1);
+        let mut outputs: Vec<Option<Vec<Tensor>>> = vec![None; count];
         let model = self.model.clone();
-        self.run(batch, &mut |o| {
-            if outputs.replace(o).is_some() {
+        self.run(batch, &mut |index, o| {
+            if outputs[index].replace(o).is_some() {
                 return Err(Error::internal(format!(
                     "model '{model}' sent more than one response to a request, which only a decoupled model may do"
                 )));
             }
             Ok(())
         })?;
-        outputs.ok_or_else(|| Error::internal(format!("model '{}': the backend sent no response", self.model)))
+        let outputs = outputs
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::internal(format!("model '{}': the backend sent no response", self.model))))
+            .collect::<Result<Vec<_>>>()?;
+        convert::concat(&self.model, outputs)
     }
 
     fn execute_decoupled(
@@ -191,7 +182,7 @@ impl Backend for TritonInstance {
         batch: BatchInput<'_>,
         emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
     ) -> Result<()> {
-        self.run(batch, emit)
+        self.run(batch, &mut |_, o| emit(o))
     }
 }
 
@@ -208,17 +199,6 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v, serde_json::json!({"cmdline": {"backend-directory": "/b", "shm-default-byte-size": "2097152"}}));
-    }
-
-    #[test]
-    fn instances_get_tritons_names() {
-        use crate::config::ModelInstanceGroup;
-        let mut config = ModelConfig { name: "m".into(), ..Default::default() };
-        config.instance_group = vec![
-            ModelInstanceGroup { name: "m_0".into(), count: 1, ..Default::default() },
-            ModelInstanceGroup { name: "g".into(), count: 2, ..Default::default() },
-        ];
-        assert_eq!(triton_instance_names(&config), ["m_0_0", "g_0", "g_1"]);
     }
 
     #[test]

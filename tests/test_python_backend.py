@@ -1,0 +1,239 @@
+"""Triton's own Python backend (libtriton_python.so of nvidia-pytriton 0.7.0, i.e. Triton 2.51)
+runs `backend: "python"` models in Tritium through the backend API host, unchanged. Every
+request goes to Tritium and to real Triton 2.51 (the wheel's `tritonserver`, same backend
+library, same model.py files from tests/fixtures/python_models/) over HTTP and gRPC with
+tritonclient, and the answers must agree: outputs bit for bit, errors with the same text.
+
+scripts/setup.sh installs the wheel into .pytriton/venv (with numpy<2, which the stub needs);
+without it the module is skipped with that reason.
+"""
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import REPO_ROOT, Server, free_ports
+
+PT_VENV = REPO_ROOT / ".pytriton" / "venv"
+SITE = PT_VENV / "lib" / "python3.11" / "site-packages"
+BACKENDS = SITE / "pytriton" / "tritonserver" / "backends"
+TRITONSERVER = SITE / "pytriton" / "tritonserver" / "bin" / "tritonserver"
+MODELS = Path(__file__).resolve().parent / "fixtures" / "python_models"
+
+if not (BACKENDS / "python" / "libtriton_python.so").is_file() or not (
+        BACKENDS / "python" / "triton_python_backend_stub").is_file():
+    pytest.skip(f"Triton's Python backend is not installed at {BACKENDS / 'python'} "
+                "(scripts/setup.sh installs nvidia-pytriton 0.7.0 there)", allow_module_level=True)
+
+
+def stub_env():
+    """The stub embeds Python 3.11 and imports numpy<2 from the venv first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{PT_VENV / 'bin'}:{env.get('PATH', '')}"
+    return env
+
+
+class Triton:
+    """Real Triton 2.51 from the wheel, on free ports, with the same backend directory."""
+
+    def __init__(self, repo: Path, log_dir: Path):
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.log_path = log_dir / f"triton-{self.http_port}.log"
+        env = stub_env()
+        env["LD_LIBRARY_PATH"] = str(SITE / "nvidia_pytriton.libs")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(TRITONSERVER), "--model-repository", str(repo), "--backend-directory", str(BACKENDS),
+             "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", "--metrics-port",
+             str(self.metrics_port), "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log_path.read_text()
+            try:
+                if requests.get(f"http://127.0.0.1:{self.http_port}/v2/health/ready", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.proc.kill()
+        raise TimeoutError(self.log_path.read_text())
+
+    @property
+    def http_url(self):
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self):
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    base = tmp_path_factory.mktemp("python_backend")
+    repo = base / "models"
+    shutil.copytree(MODELS, repo, ignore=shutil.ignore_patterns("README.md", "__pycache__"))
+    tritium = Server(repo, log_dir=base, env=stub_env()).start(timeout=120)
+    triton = Triton(repo, base)
+    yield tritium, triton
+    triton.stop()
+    assert tritium.stop() == 0, tritium.log_tail()
+
+
+def infer(url, protocol, model, inputs, outputs=None):
+    """(outputs as numpy arrays by name, None) or (None, (status, error message)) for one request."""
+    lib = httpclient if protocol == "http" else grpcclient
+    client = lib.InferenceServerClient(url)
+    tensors = []
+    for name, array, datatype in inputs:
+        t = lib.InferInput(name, list(array.shape), datatype)
+        t.set_data_from_numpy(array)
+        tensors.append(t)
+    requested = [lib.InferRequestedOutput(o) for o in outputs] if outputs else None
+    try:
+        result = client.infer(model, tensors, outputs=requested)
+    except InferenceServerException as e:
+        return None, (e.status(), e.message())
+    finally:
+        client.close()
+    names = [o["name"] for o in (result.get_response()["outputs"] if protocol == "http"
+                                 else result.get_response(as_json=True)["outputs"])]
+    return {n: result.as_numpy(n) for n in names}, None
+
+
+def both(servers, protocol, model, inputs, outputs=None):
+    """Tritium's answer, after checking that it is Triton's."""
+    tritium, triton = servers
+    url = {"http": lambda s: s.http_url, "grpc": lambda s: s.grpc_url}[protocol]
+    ours, theirs = infer(url(tritium), protocol, model, inputs, outputs), infer(url(triton), protocol, model,
+                                                                                  inputs, outputs)
+    assert ours[1] == theirs[1], f"errors differ: Tritium {ours[1]!r}, Triton {theirs[1]!r}"
+    if theirs[0] is not None:
+        assert ours[0] is not None and sorted(ours[0]) == sorted(theirs[0]), (ours, theirs)
+        for name, value in theirs[0].items():
+            assert ours[0][name].dtype == value.dtype and ours[0][name].shape == value.shape, name
+            assert np.array_equal(ours[0][name], value), (name, ours[0][name], value)
+    return ours
+
+
+PROTOCOLS = ["http", "grpc"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_add_sub_answers_as_triton(servers, protocol):
+    a = np.array([1.5, 2, 3, 4], dtype=np.float32)
+    b = np.array([10, 20, 30, -40], dtype=np.float32)
+    out, err = both(servers, protocol, "add_sub", [("INPUT0", a, "FP32"), ("INPUT1", b, "FP32")])
+    assert err is None
+    np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_only_the_requested_output_comes_back(servers, protocol):
+    a, b = np.ones(4, np.float32), np.full(4, 3, np.float32)
+    out, err = both(servers, protocol, "add_sub", [("INPUT0", a, "FP32"), ("INPUT1", b, "FP32")], ["OUTPUT1"])
+    assert err is None and list(out) == ["OUTPUT1"]
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_batch_keeps_its_rows(servers, protocol):
+    a = np.arange(10, dtype=np.int32).reshape(2, 5)
+    b = np.full((2, 5), 7, dtype=np.int32)
+    out, err = both(servers, protocol, "add_sub_batch", [("INPUT0", a, "INT32"), ("INPUT1", b, "INT32")])
+    assert err is None
+    np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_strings_round_trip(servers, protocol):
+    text = np.array(["hello", "Tritium", "", "grüße"], dtype=np.object_)
+    out, err = both(servers, protocol, "strings", [("TEXT", text, "BYTES")])
+    assert err is None
+    assert [t.decode() for t in out["UPPER"]] == ["HELLO", "TRITIUM", "", "GRÜSSE"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("mode", [1, 2, 3])
+def test_model_errors_reach_the_client_with_tritons_text(servers, protocol, mode):
+    out, err = both(servers, protocol, "errors", [("MODE", np.array([mode], dtype=np.int32), "INT32")])
+    assert out is None
+    assert f"MODE {mode}" in err[1]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_model_answers_after_an_error(servers, protocol):
+    both(servers, protocol, "errors", [("MODE", np.array([3], dtype=np.int32), "INT32")])
+    out, err = both(servers, protocol, "errors", [("MODE", np.array([4], dtype=np.int32), "INT32")])
+    assert err is None
+    np.testing.assert_array_equal(out["OUT"], np.array([40], dtype=np.int32))
+
+
+def stream(url, model, inputs, expected, timeout=20.0):
+    """The outputs of the responses to one request on a gRPC stream, until the final one."""
+    import queue
+    results = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    tensors = []
+    for name, array, datatype in inputs:
+        t = grpcclient.InferInput(name, list(array.shape), datatype)
+        t.set_data_from_numpy(array)
+        tensors.append(t)
+    client.async_stream_infer(model, tensors, enable_empty_final_response=True)
+    got = []
+    try:
+        while True:
+            result, error = results.get(timeout=timeout)
+            assert error is None, error
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            if response.outputs:
+                got.append({o.name: result.as_numpy(o.name).tolist() for o in response.outputs})
+            if final:
+                break
+            assert len(got) <= expected, got
+    finally:
+        client.stop_stream()
+        client.close()
+    return got
+
+
+def test_a_decoupled_model_streams_its_responses_as_triton(servers):
+    tritium, triton = servers
+    values = np.array([3, -1, 7, 0], dtype=np.int32)
+    ours = stream(tritium.grpc_url, "repeat", [("IN", values, "INT32")], len(values))
+    theirs = stream(triton.grpc_url, "repeat", [("IN", values, "INT32")], len(values))
+    assert ours == theirs == [{"OUT": [2 * int(v)]} for v in values]
+
+
+@pytest.mark.parametrize("server", ["tritium", "triton"])
+def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server):
+    srv = servers[0] if server == "tritium" else servers[1]
+    client = httpclient.InferenceServerClient(srv.http_url, concurrency=8)
+    try:
+        pending = []
+        for i in range(6):
+            x = httpclient.InferInput("X", [1, 1], "INT32")
+            x.set_data_from_numpy(np.array([[i]], dtype=np.int32))
+            pending.append(client.async_infer("batched", [x]))
+        results = [p.get_result() for p in pending]
+    finally:
+        client.close()
+    assert [int(r.as_numpy("Y")[0][0]) for r in results] == [i + 1 for i in range(6)], "each request its own rows"
+    counts = [int(r.as_numpy("N")[0][0]) for r in results]
+    assert max(counts) > 1, f"model.py saw one request per execute: {counts}"
