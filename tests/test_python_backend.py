@@ -44,7 +44,7 @@ def stub_env():
 class Triton:
     """Real Triton 2.51 from the wheel, on free ports, with the same backend directory."""
 
-    def __init__(self, repo: Path, log_dir: Path):
+    def __init__(self, repo: Path, log_dir: Path, args=()):
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.log_path = log_dir / f"triton-{self.http_port}.log"
         env = stub_env()
@@ -53,7 +53,8 @@ class Triton:
         self.proc = subprocess.Popen(
             [str(TRITONSERVER), "--model-repository", str(repo), "--backend-directory", str(BACKENDS),
              "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", "--metrics-port",
-             str(self.metrics_port), "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)],
+             str(self.metrics_port), "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+             "--exit-timeout-secs", "5", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -77,7 +78,11 @@ class Triton:
 
     def stop(self):
         self.proc.terminate()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +242,65 @@ def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server)
     assert [int(r.as_numpy("Y")[0][0]) for r in results] == [i + 1 for i in range(6)], "each request its own rows"
     counts = [int(r.as_numpy("N")[0][0]) for r in results]
     assert max(counts) > 1, f"model.py saw one request per execute: {counts}"
+
+
+
+def test_a_stub_that_dies_fails_its_request_then_the_instance_is_replaced(servers):
+    """Triton 2.51 keeps the dead stub's instance and fails every later request ("Stub process
+    'errors_0' is not healthy."); Tritium's supervisor replaces the instance instead."""
+    tritium, triton = servers
+    crash = [("MODE", np.array([9], dtype=np.int32), "INT32")]
+    ours, theirs = infer(tritium.http_url, "http", "errors", crash), infer(triton.http_url, "http", "errors", crash)
+    assert ours == theirs and ours[1][0] == "500", (ours, theirs)
+    deadline = time.monotonic() + 60
+    while True:
+        out, err = infer(tritium.http_url, "http", "errors", [("MODE", np.array([5], dtype=np.int32), "INT32")])
+        if err is None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert err is None, err
+    np.testing.assert_array_equal(out["OUT"], np.array([50], dtype=np.int32))
+    out, err = infer(tritium.http_url, "http", "add_sub", [("INPUT0", np.ones(4, np.float32), "FP32"),
+                                                          ("INPUT1", np.ones(4, np.float32), "FP32")])
+    assert err is None, "other models are unaffected"
+    metrics = requests.get(tritium.metrics_url).text
+    assert any(line.startswith("tritium_instance_restarts") and 'model="errors"' in line and not line.endswith(" 0")
+               for line in metrics.splitlines()), "the restart is counted"
+
+
+BROKEN = {
+    "syntax_error": "class TritonPythonModel:\n    def execute(self, requests)\n        return []\n",
+    "no_execute": "class TritonPythonModel:\n    def initialize(self, args):\n        pass\n",
+}
+
+
+def test_a_broken_model_py_fails_as_in_triton_and_the_others_serve(tmp_path):
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
+    for model, source in BROKEN.items():
+        (repo / model / "1").mkdir(parents=True)
+        (repo / model / "1" / "model.py").write_text(source)
+        config = (MODELS / "errors" / "config.pbtxt").read_text().replace('"errors"', f'"{model}"')
+        (repo / model / "config.pbtxt").write_text(config)
+    args = ["--model-control-mode", "explicit", "--load-model", "add_sub"]
+    tritium = Server(repo, log_dir=tmp_path, env=stub_env(), args=args).start(timeout=120)
+    triton = Triton(repo, tmp_path, args=args)
+    try:
+        answers = []
+        for srv in (tritium, triton):
+            base = f"http://{srv.http_url}"
+            load = requests.post(f"{base}/v2/repository/models/syntax_error/load")
+            index = {m["name"]: m for m in requests.post(f"{base}/v2/repository/index").json()}
+            assert requests.post(f"{base}/v2/repository/models/no_execute/load").status_code == 200
+            infer = requests.post(f"{base}/v2/models/no_execute/infer", json={
+                "inputs": [{"name": "MODE", "shape": [1], "datatype": "INT32", "data": [0]}]})
+            add = requests.post(f"{base}/v2/models/add_sub/infer", json={"inputs": [
+                {"name": n, "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]})
+            answers.append((load.status_code, index["syntax_error"]["state"], index["syntax_error"]["reason"],
+                            infer.status_code, infer.json()["error"], add.status_code))
+        ours, theirs = answers
+        assert ours == theirs, (ours, theirs)
+        assert "SyntaxError" in ours[2] and "does not implement `execute`" in ours[4] and ours[5] == 200
+    finally:
+        triton.stop()
+        assert tritium.stop() == 0, tritium.log_tail()

@@ -60,6 +60,12 @@ pub trait Backend: Send {
         emit(outputs)
     }
 
+    /// Asked after every batch: an error says the instance cannot serve any more (a backend
+    /// whose worker process died), and the supervisor replaces it with a new one.
+    fn health(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// After `execute` of a single request: the times its statistics should show instead of
     /// the instance's own measure. An ensemble reports the sum of its steps' queue and compute
     /// times, as Triton does (its own wall time would count waiting for the steps as compute).

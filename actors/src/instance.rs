@@ -130,6 +130,13 @@ fn run(env: &InstanceActor) -> InstanceExit {
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
                     return InstanceExit::Panicked(reason);
                 }
+                let health = catch_unwind(AssertUnwindSafe(|| backend.health()))
+                    .unwrap_or_else(|p| Err(Error::internal(format!("health check panicked: {}", panic_message(&*p)))));
+                if let Err(e) = health {
+                    // The batch was answered; the instance cannot serve more, so it ends here.
+                    drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
+                    return InstanceExit::BackendFailed(e);
+                }
                 if !matches!(outcome, Ok(true)) {
                     env.idle.do_send(InstanceIdle { index: idx, generation: env.generation });
                 }

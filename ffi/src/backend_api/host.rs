@@ -288,6 +288,16 @@ impl LoadedInstance {
     }
 }
 
+impl LoadedInstance {
+    /// The backend's `ModelInstanceReady`, `None` when the backend has none (it is optional;
+    /// newer Python backends answer whether the instance's stub process is alive).
+    pub fn ready(&mut self) -> Option<Result<(), HostError>> {
+        let ready = self.0.model.backend.library.instance_ready?;
+        // SAFETY: the backend's entry point with a live instance.
+        Some(HostError::from_raw(unsafe { ready(Arc::as_ptr(&self.0).cast_mut()) }).map_or(Ok(()), Err))
+    }
+}
+
 impl Drop for Model {
     fn drop(&mut self) {
         if let (true, Some(fini)) =

@@ -38,6 +38,7 @@ pub struct Library {
     pub(crate) instance_initialize: Option<InstanceFn>,
     pub(crate) instance_finalize: Option<InstanceFn>,
     pub(crate) instance_execute: ExecuteFn,
+    pub(crate) instance_ready: Option<InstanceFn>,
     pub(crate) backend_attribute: Option<AttributeFn>,
 }
 
@@ -155,6 +156,7 @@ impl Library {
                 instance_initialize: symbol(handle, c"TRITONBACKEND_ModelInstanceInitialize"),
                 instance_finalize: symbol(handle, c"TRITONBACKEND_ModelInstanceFinalize"),
                 instance_execute,
+                instance_ready: symbol(handle, c"TRITONBACKEND_ModelInstanceReady"),
                 backend_attribute: symbol(handle, c"TRITONBACKEND_GetBackendAttribute"),
             })
         }

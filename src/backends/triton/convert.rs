@@ -133,9 +133,10 @@ pub fn error(e: HostError) -> Error {
     Error::new(kind, e.message)
 }
 
-/// As `error`, for failures at load: the message names the model.
-pub fn error_in(model: &str, e: HostError) -> Error {
-    let message = format!("model '{model}': {}", e.message);
+/// As `error`, for failures at load: the message begins with the code's name, as Triton
+/// reports a backend's load failure (`Internal: SyntaxError: …`).
+pub fn error_in(e: HostError) -> Error {
+    let message = format!("{}: {}", e.code_name(), e.message);
     error(HostError { message, ..e })
 }
 

@@ -79,7 +79,7 @@ impl TritonFactory {
                 config_json: crate::config::to_json(config).to_string(),
                 auto_complete: false,
             })
-            .map_err(|e| convert::error_in(&config.name, e))?;
+            .map_err(convert::error_in)?;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         let outputs = config.output.iter().map(|o| o.name.clone()).collect();
         Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs })
@@ -100,12 +100,13 @@ impl BackendFactory for TritonFactory {
                 kind,
                 device_id: instance.device.unwrap_or(0),
             })
-            .map_err(|e| convert::error_in(&self.name, e))?;
+            .map_err(convert::error_in)?;
         Ok(Box::new(TritonInstance {
             instance: loaded,
             model: self.name.clone(),
             decoupled: self.decoupled,
             outputs: self.outputs.clone(),
+            failure: None,
         }))
     }
 }
@@ -116,6 +117,8 @@ pub struct TritonInstance {
     model: String,
     decoupled: bool,
     outputs: Vec<String>,
+    /// The first failure since the last health check.
+    failure: Option<Error>,
 }
 
 impl TritonInstance {
@@ -124,7 +127,7 @@ impl TritonInstance {
     fn run(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>) -> Result<()> {
         let outputs = if batch.outputs.is_empty() { &self.outputs[..] } else { batch.outputs };
         let requests = convert::requests(&batch, outputs);
-        let pending = self.instance.execute(requests).map_err(|e| convert::error_in(&self.model, e))?;
+        let pending = self.instance.execute(requests).map_err(convert::error)?;
         let mut failure = None;
         for (index, p) in pending.into_iter().enumerate() {
             let mut responses = 0usize;
@@ -152,6 +155,9 @@ impl TritonInstance {
                     break;
                 }
             }
+        }
+        if let Some(e) = &failure {
+            self.failure.get_or_insert(e.clone());
         }
         failure.map_or(Ok(()), Err)
     }
@@ -184,6 +190,25 @@ impl Backend for TritonInstance {
     ) -> Result<()> {
         self.run(batch, &mut |_, o| emit(o))
     }
+
+    /// After a failed batch: is the instance still able to serve? The backend's
+    /// `ModelInstanceReady` says where it has one. Triton 2.51's Python backend has none, and
+    /// keeps a dead stub's instance, failing every request with "Stub process '<instance>' is
+    /// not healthy."; that error is how it says the stub is gone, so Tritium's supervisor
+    /// replaces the instance (a new stub) instead.
+    fn health(&mut self) -> Result<()> {
+        let Some(failure) = self.failure.take() else { return Ok(()) };
+        match self.instance.ready() {
+            Some(ready) => ready.map_err(convert::error),
+            None if is_dead_stub(&failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The Python backend's error for a request that found the instance's stub process dead.
+fn is_dead_stub(e: &Error) -> bool {
+    e.message.starts_with("Stub process '") && e.message.ends_with("' is not healthy.")
 }
 
 #[cfg(test)]
@@ -199,6 +224,12 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v, serde_json::json!({"cmdline": {"backend-directory": "/b", "shm-default-byte-size": "2097152"}}));
+    }
+
+    #[test]
+    fn a_dead_stub_is_told_from_other_failures() {
+        assert!(is_dead_stub(&Error::internal("Stub process 'errors_0' is not healthy.")));
+        assert!(!is_dead_stub(&Error::internal("Failed to process the request(s) for model 'errors_0'")));
     }
 
     #[test]
