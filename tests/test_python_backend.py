@@ -7,6 +7,7 @@ tritonclient, and the answers must agree: outputs bit for bit, errors with the s
 scripts/setup.sh installs the wheel into .pytriton/venv (with numpy<2, which the stub needs);
 without it the module is skipped with that reason.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -97,7 +98,7 @@ def servers(tmp_path_factory):
     assert tritium.stop() == 0, tritium.log_tail()
 
 
-def infer(url, protocol, model, inputs, outputs=None):
+def infer(url, protocol, model, inputs, outputs=None, parameters=None):
     """(outputs as numpy arrays by name, None) or (None, (status, error message)) for one request."""
     lib = httpclient if protocol == "http" else grpcclient
     client = lib.InferenceServerClient(url)
@@ -108,7 +109,7 @@ def infer(url, protocol, model, inputs, outputs=None):
         tensors.append(t)
     requested = [lib.InferRequestedOutput(o) for o in outputs] if outputs else None
     try:
-        result = client.infer(model, tensors, outputs=requested)
+        result = client.infer(model, tensors, outputs=requested, parameters=parameters)
     except InferenceServerException as e:
         return None, (e.status(), e.message())
     finally:
@@ -118,12 +119,12 @@ def infer(url, protocol, model, inputs, outputs=None):
     return {n: result.as_numpy(n) for n in names}, None
 
 
-def both(servers, protocol, model, inputs, outputs=None):
+def both(servers, protocol, model, inputs, outputs=None, parameters=None):
     """Tritium's answer, after checking that it is Triton's."""
     tritium, triton = servers
     url = {"http": lambda s: s.http_url, "grpc": lambda s: s.grpc_url}[protocol]
-    ours, theirs = infer(url(tritium), protocol, model, inputs, outputs), infer(url(triton), protocol, model,
-                                                                                  inputs, outputs)
+    ours = infer(url(tritium), protocol, model, inputs, outputs, parameters)
+    theirs = infer(url(triton), protocol, model, inputs, outputs, parameters)
     assert ours[1] == theirs[1], f"errors differ: Tritium {ours[1]!r}, Triton {theirs[1]!r}"
     if theirs[0] is not None:
         assert ours[0] is not None and sorted(ours[0]) == sorted(theirs[0]), (ours, theirs)
@@ -243,6 +244,48 @@ def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server)
     counts = [int(r.as_numpy("N")[0][0]) for r in results]
     assert max(counts) > 1, f"model.py saw one request per execute: {counts}"
 
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_request_parameters_reach_model_py(servers, protocol):
+    params = {"p_str": "abc", "p_int": 5, "p_bool": True}
+    out, err = both(servers, protocol, "inspect", [("X", np.array([1], dtype=np.int32), "INT32")], ["PARAMS"],
+                    parameters=params)
+    assert err is None
+    assert json.loads(out["PARAMS"][0]) == params
+
+
+def test_two_instances_are_two_stub_processes_and_model_py_logs_reach_the_log(servers):
+    for srv in servers:
+        client = httpclient.InferenceServerClient(srv.http_url, concurrency=4)
+        try:
+            pending = []
+            for i in range(4):
+                x = httpclient.InferInput("X", [1], "INT32")
+                x.set_data_from_numpy(np.array([100 + i], dtype=np.int32))
+                pending.append(client.async_infer("inspect", [x]))
+            pids = {int(p.get_result().as_numpy("PID")[0]) for p in pending}
+        finally:
+            client.close()
+        assert len(pids) == 2, pids
+    assert "inspect saw X=100" in servers[0].log_tail(200_000)
+
+
+def test_a_sequence_reaches_model_py_with_its_id_and_flags(servers):
+    answers = []
+    for srv in servers:
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+        got = []
+        try:
+            for value, start, end in ((1, True, False), (2, False, False), (3, False, True), (10, True, True)):
+                x = grpcclient.InferInput("X", [1], "INT32")
+                x.set_data_from_numpy(np.array([value], dtype=np.int32))
+                r = client.infer("sequence", [x], sequence_id=42, sequence_start=start, sequence_end=end)
+                got.append((int(r.as_numpy("ACC")[0]), int(r.as_numpy("CORR")[0]), int(r.as_numpy("FLAGS")[0])))
+        finally:
+            client.close()
+        answers.append(got)
+    assert answers[0] == answers[1] == [(1, 42, 1), (3, 42, 0), (6, 42, 2), (10, 42, 3)], answers
 
 
 def test_a_stub_that_dies_fails_its_request_then_the_instance_is_replaced(servers):
