@@ -288,6 +288,26 @@ def test_a_sequence_reaches_model_py_with_its_id_and_flags(servers):
     assert answers[0] == answers[1] == [(1, 42, 1), (3, 42, 0), (6, 42, 2), (10, 42, 3)], answers
 
 
+def custom_samples(text):
+    """The custom_* samples of a /metrics text, by name and labels."""
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("custom_")}
+
+
+def test_custom_metrics_of_model_py_are_on_metrics_as_in_triton(servers):
+    tritium, triton = servers
+    for srv in servers:
+        for x in (3.0, 20.0):
+            out, err = infer(srv.http_url, "http", "custom_metrics", [("X", np.array([x], np.float32), "FP32")])
+            assert err is None, err
+    ours = custom_samples(requests.get(tritium.metrics_url).text)
+    theirs = custom_samples(requests.get(f"http://127.0.0.1:{triton.metrics_port}/metrics").text)
+    assert ours == theirs, (ours, theirs)
+    assert ours['custom_x_total{model="custom_metrics"}'] == 23.0
+    assert ours['custom_last_x{model="custom_metrics"}'] == 20.0
+    assert ours['custom_x_count{model="custom_metrics"}'] == 2.0
+
+
 def test_a_stub_that_dies_fails_its_request_then_the_instance_is_replaced(servers):
     """Triton 2.51 keeps the dead stub's instance and fails every later request ("Stub process
     'errors_0' is not healthy."); Tritium's supervisor replaces the instance instead."""

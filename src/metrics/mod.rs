@@ -273,6 +273,14 @@ fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, l
         text.push_str(&rest);
     }
     latency.first_responses.write(&mut text);
+    // Custom metrics of Triton backend libraries (a model.py's pb_utils.MetricFamily).
+    let custom = tritium_ffi::backend_api::metrics_text();
+    if !custom.is_empty() {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&custom);
+    }
     text
 }
 

@@ -4,7 +4,7 @@
 //! symbols resolve to them.
 
 #[allow(unused_imports)]
-use super::{error::*, message::*, model::*, request::*, response::*, server::*};
+use super::{error::*, message::*, metrics::*, model::*, request::*, response::*, server::*};
 
 /// The exported functions' addresses.
 pub fn table() -> Vec<*const ()> {

@@ -19,6 +19,7 @@ pub mod exports;
 mod host;
 mod library;
 mod message;
+mod metrics;
 mod model;
 mod request;
 mod response;
@@ -28,3 +29,5 @@ pub use host::{
     load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
     LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending,
 };
+/// Custom metrics of backends in Prometheus text, for `/metrics`.
+pub use metrics::render as metrics_text;

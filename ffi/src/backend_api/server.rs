@@ -1,5 +1,5 @@
 //! The parts of the API a backend calls into the server itself: the in-process inference API
-//! that BLS uses, custom metrics and traces. Tritium does not serve them yet: each answers
+//! that BLS uses and traces. Tritium does not serve them yet: each answers
 //! UNSUPPORTED with what is missing, so a backend that links them loads, and a model that
 //! calls them gets a clear error. Response allocators are real objects (the Python backend
 //! makes one per instance at start).
@@ -47,7 +47,6 @@ export! {
 }
 
 const BLS: &str = "in-process inference (BLS) is not supported by Tritium yet";
-const METRICS: &str = "custom metrics are not supported by Tritium yet";
 const TRACES: &str = "traces are not handed to backends by Tritium yet";
 
 /// Exported functions that answer UNSUPPORTED with a reason.
@@ -91,21 +90,6 @@ unsupported! { BLS =>
     fn TRITONSERVER_ServerLoadModelWithParameters(server: P, model_name: S, parameters: *const P, parameter_count: u64);
     fn TRITONSERVER_ServerUnloadModel(server: P, model_name: S);
     fn TRITONSERVER_ServerUnloadModelAndDependents(server: P, model_name: S);
-}
-
-unsupported! { METRICS =>
-    fn TRITONSERVER_MetricFamilyNew(family: *mut P, kind: u32, name: S, description: S);
-    fn TRITONSERVER_MetricFamilyDelete(family: P);
-    fn TRITONSERVER_GetMetricFamilyKind(family: P, kind: *mut u32);
-    fn TRITONSERVER_MetricArgsNew(args: *mut P);
-    fn TRITONSERVER_MetricArgsSetHistogram(args: P, buckets: *const f64, buckets_count: u64);
-    fn TRITONSERVER_MetricArgsDelete(args: P);
-    fn TRITONSERVER_MetricNewWithArgs(metric: *mut P, family: P, labels: *const P, label_count: u64, args: P);
-    fn TRITONSERVER_MetricDelete(metric: P);
-    fn TRITONSERVER_MetricValue(metric: P, value: *mut f64);
-    fn TRITONSERVER_MetricIncrement(metric: P, value: f64);
-    fn TRITONSERVER_MetricSet(metric: P, value: f64);
-    fn TRITONSERVER_MetricObserve(metric: P, value: f64);
 }
 
 unsupported! { TRACES =>
