@@ -288,6 +288,20 @@ def test_a_sequence_reaches_model_py_with_its_id_and_flags(servers):
     assert answers[0] == answers[1] == [(1, 42, 1), (3, 42, 0), (6, 42, 2), (10, 42, 3)], answers
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_auto_complete_config_of_model_py_completes_the_config(servers, protocol):
+    configs = []
+    for srv in servers:
+        config = requests.get(f"http://{srv.http_url}/v2/models/completed/config").json()
+        configs.append((config["max_batch_size"], [(t["name"], t["data_type"], t["dims"]) for t in config["input"]],
+                        [(t["name"], t["data_type"], t["dims"]) for t in config["output"]]))
+    assert configs[0] == configs[1] == (4, [("IN", "TYPE_INT64", [2])], [("OUT", "TYPE_INT64", [2])]), configs
+    x = np.array([[1, -2], [3, 4]], dtype=np.int64)
+    out, err = both(servers, protocol, "completed", [("IN", x, "INT64")])
+    assert err is None
+    np.testing.assert_array_equal(out["OUT"], 3 * x)
+
+
 def custom_samples(text):
     """The custom_* samples of a /metrics text, by name and labels."""
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()

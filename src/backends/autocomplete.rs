@@ -25,6 +25,9 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
     if backend == "pytorch" {
         return pytorch_says_what_is_missing(config, &model_file(config, model_dir, version, "model.pt"));
     }
+    if backend == "python" || super::triton::library_path(&env.backend_directory(), &backend).is_file() {
+        return super::triton::auto_complete(config, model_dir, version, &env.backend_directory(), &env.backend_config);
+    }
     if backend != "onnxruntime" {
         return Ok(());
     }

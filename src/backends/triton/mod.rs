@@ -38,6 +38,48 @@ pub fn backend_config_json(name: &str, backend_directory: &Path, settings: &[Str
     serde_json::json!({ "cmdline": cmdline }).to_string()
 }
 
+/// Triton's auto-complete for a backend library: a model object with auto-complete on runs the
+/// backend's own completion (the Python backend: `auto_complete_config` of model.py, in a stub of
+/// its own), and the config the backend sets replaces `config`. Without the library nothing
+/// happens here (the factory reports it).
+pub fn auto_complete(
+    config: &mut ModelConfig,
+    model_dir: &Path,
+    version: i64,
+    backend_directory: &Path,
+    backend_settings: &[String],
+) -> Result<()> {
+    let name = config.backend.clone();
+    let library = library_path(backend_directory, &name);
+    if !library.is_file() {
+        return Ok(());
+    }
+    let backend = host::load_backend(&host::BackendSpec {
+        name: name.clone(),
+        library,
+        config_json: backend_config_json(&name, backend_directory, backend_settings),
+    })
+    .map_err(convert::error)?;
+    let model = backend
+        .load_model(&host::ModelSpec {
+            name: config.name.clone(),
+            version: version as u64,
+            repository: model_dir.to_path_buf(),
+            config_json: crate::config::to_json(config).to_string(),
+            auto_complete: true,
+        })
+        .map_err(convert::error_in)?;
+    let completed = model.config_json();
+    drop(model);
+    *config = crate::config::from_json(&completed).map_err(|e| {
+        Error::internal(format!(
+            "model '{}': the config backend '{name}' completed does not parse: {}",
+            config.name, e.message
+        ))
+    })?;
+    Ok(())
+}
+
 /// Makes instances of one model version on a loaded backend library.
 pub struct TritonFactory {
     model: Arc<LoadedModel>,
