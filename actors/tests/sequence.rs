@@ -81,13 +81,15 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
 }
 
 /// Waits (up to a second) for a figure the actors publish just after they answer.
+/// Waits (real time, up to 20 s: a loaded CI machine can be slow) until `done` holds.
 async fn settle(done: impl Fn() -> bool) {
-    for _ in 0..100 {
+    for _ in 0..2000 {
         if done() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    panic!("the engine did not reach the awaited state in 20 s");
 }
 
 const GRACE: Duration = Duration::from_millis(50);
