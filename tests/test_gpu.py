@@ -36,10 +36,13 @@ def test_a_pytorch_gpu_instance_without_cuda_fails_its_load_with_the_reason(star
     repo = repo_copy(["torch_add_sub"])
     variant(repo, "torch_add_sub", "torch_gpu", "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]")
     variant(repo, "torch_add_sub", "torch_auto", "instance_group [ { kind: KIND_AUTO } ]")
+    variant(repo, "torch_add_sub", "torch_any_gpu", "instance_group [ { kind: KIND_GPU } ]")
     srv = start_server(repo, args=["--model-control-mode", "explicit", "--load-model", "torch_add_sub"])
     c = srv.client
     message = load_error(c, "torch_gpu")
     assert "asks for GPU 0, but CUDA is off" in message and "libtorch_cuda.so does not exist" in message, message
+    message = load_error(c, "torch_any_gpu")
+    assert "asks for KIND_GPU on every GPU, but no GPU is usable here for 'pytorch' models" in message, message
     c.load_model("torch_auto")
     kinds = [g["kind"] for g in c.get_model_config("torch_auto")["instance_group"]]
     assert kinds == ["KIND_CPU"], kinds

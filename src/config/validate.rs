@@ -144,6 +144,17 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
                 ),
             ));
         }
+        // Normalization lists every usable GPU for a KIND_GPU group without `gpus`; none listed
+        // means none is usable here for this backend (no CUDA, or a library without a GPU provider).
+        if group.kind == crate::config::model_instance_group::Kind::Gpu as i32 && group.gpus.is_empty() {
+            return Err(invalid(
+                config,
+                format!(
+                    "instance group '{}' asks for KIND_GPU on every GPU, but no GPU is usable here for '{}' models; list the GPU ids in 'gpus' (a GPU instance's load then says what is missing) or use KIND_AUTO",
+                    group.name, config.backend
+                ),
+            ));
+        }
         if group.gpus.iter().any(|g| *g < 0) {
             return Err(invalid(config, format!("instance group '{}' has a negative GPU id", group.name)));
         }
@@ -177,6 +188,10 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.message.contains("negative GPU id"), "{e}");
+        // Without `gpus` and without a usable GPU (normalized with 0 GPUs), the group would make no instance.
+        let e = check(&format!(r#"{{"name":"m","backend":"pytorch",{IO},"instance_group":[{{"kind":"KIND_GPU"}}]}}"#))
+            .unwrap_err();
+        assert!(e.message.contains("asks for KIND_GPU on every GPU, but no GPU is usable here"), "{e}");
     }
 
     fn check(json: &str) -> Result<()> {
