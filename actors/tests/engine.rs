@@ -1,9 +1,11 @@
 //! The engine end to end: a supervisor, scheduler and instances around small test backends.
 
+mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::settle;
 use tritium_actors::clock::ManualClock;
 use tritium_actors::figures::{Restarts, SupervisorSnapshot};
 use tritium_actors::*;
@@ -180,17 +182,6 @@ async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
 }
 
 /// Waits (up to a second of real time) for what the actors do once a message arrives.
-/// Waits (real time, up to 20 s: a loaded CI machine can be slow) until `done` holds.
-async fn settle(done: impl Fn() -> bool) {
-    for _ in 0..2000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the engine did not reach the awaited state in 20 s");
-}
-
 #[actix_rt::test]
 async fn a_single_panicking_instance_comes_back_after_its_backoff() {
     // Virtual time: the restart waits for the supervisor's backoff (50 ms) and no longer.

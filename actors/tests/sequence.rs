@@ -1,11 +1,13 @@
 //! The sequence actor end to end: implicit state owned by the engine, slots and backlog, idle
 //! release, and a panicking instance that loses no conversation.
 
+mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::settle;
 use tritium_actors::clock::{ManualClock, SharedClock, SystemClock};
 use tritium_actors::figures::SequenceSnapshot;
 use tritium_actors::*;
@@ -81,17 +83,6 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
 }
 
 /// Waits (up to a second) for a figure the actors publish just after they answer.
-/// Waits (real time, up to 20 s: a loaded CI machine can be slow) until `done` holds.
-async fn settle(done: impl Fn() -> bool) {
-    for _ in 0..2000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the engine did not reach the awaited state in 20 s");
-}
-
 const GRACE: Duration = Duration::from_millis(50);
 
 /// Moves virtual time on in 5 ms steps, letting the actors (on their own thread) answer the
