@@ -107,6 +107,29 @@ def test_binary_tensors_count_toward_the_limit(small_http):
     assert big.status_code == 400 and big.json() == too_large(LIMIT + 1)
 
 
+@pytest.mark.parametrize("size", [200_000, 1_000_000])
+def test_a_huge_header_is_431_and_the_server_serves_on(small_http, size):
+    """Request heads over 128 KiB are refused with 431 Request Header Fields Too Large (the
+    connection closes after it), not a reset with no answer."""
+    r = requests.get(f"{small_http.base}/v2/health/live", headers={"X-Big": "a" * size}, timeout=10)
+    assert r.status_code == 431
+    assert requests.get(f"{small_http.base}/v2/health/ready", timeout=10).status_code == 200
+
+
+def test_a_client_that_never_finishes_its_request_head_is_dropped_with_408(small_http):
+    """Slow-loris on the request head: the connection holds no worker past 5 s."""
+    import socket
+    import time
+    with socket.create_connection(("127.0.0.1", small_http.http_port)) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        s.settimeout(15)
+        started = time.monotonic()
+        head = s.recv(200)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        assert time.monotonic() - started < 8
+    assert requests.get(f"{small_http.base}/v2/health/ready", timeout=10).status_code == 200
+
+
 def test_a_load_over_256_kib_within_the_default_limit(start_server, repo_copy):
     """The load API had actix's hidden 256 KiB limit (a plain-text 413); it now has the
     server's: a 1 MiB load request passes under the 64 MiB default."""

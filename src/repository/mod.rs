@@ -183,7 +183,8 @@ impl RepositoryManager {
     }
 
     /// Ready once the start-up loads are done and (with strict readiness) every model that
-    /// should be loaded is READY.
+    /// should be loaded is READY and every loaded version has a live instance (not so while
+    /// its supervisor restarts the last one).
     pub fn is_ready(&self) -> bool {
         if !self.startup_done.load(Relaxed) {
             return false;
@@ -191,11 +192,13 @@ impl RepositoryManager {
         if !self.opts.strict_readiness {
             return true;
         }
-        self.records
+        let all_ready = self
+            .records
             .lock()
             .values()
             .filter(|r| r.wanted)
-            .all(|r| !r.versions.is_empty() && r.versions.values().all(|(s, _)| *s == ModelState::Ready))
+            .all(|r| !r.versions.is_empty() && r.versions.values().all(|(s, _)| *s == ModelState::Ready));
+        all_ready && self.router.all().iter().all(|m| m.handle.is_ready())
     }
 
     fn lock_for(&self, key: &ModelKey) -> Arc<tokio::sync::Mutex<()>> {

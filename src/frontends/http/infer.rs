@@ -70,7 +70,15 @@ pub async fn infer_model(
     let span = request_span(&request);
     async move {
         tracing::debug!("HTTP infer request received");
-        let answer = run(state, request, &plan, trace).await;
+        // A client that leaves takes its request with it (out of the queue, or its result).
+        let peer = req.conn_data::<super::disconnect::Peer>();
+        let answer = tokio::select! {
+            answer = run(state, request, &plan, trace) => answer,
+            () = super::disconnect::closed(peer) => {
+                tracing::debug!("HTTP client closed the connection; its request is dropped");
+                return Err(Error::cancelled("the client closed the connection").into());
+            }
+        };
         match &answer {
             Ok(_) => tracing::debug!("HTTP infer request answered"),
             Err(e) => tracing::debug!("HTTP infer request failed: {e}"),

@@ -3,6 +3,7 @@
 
 mod binary;
 pub mod body;
+pub mod disconnect;
 mod encode;
 mod error;
 pub mod handlers;
@@ -163,6 +164,7 @@ pub async fn serve(
             .default_service(web::to(not_found))
             .wrap(from_fn(check_restricted))
     })
+    .on_connect(disconnect::on_connect)
     .workers(opts.workers.max(1))
     .shutdown_timeout(opts.exit_timeout_secs)
     .disable_signals()

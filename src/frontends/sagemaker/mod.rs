@@ -107,6 +107,7 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: SageMakerOptions) -> s
             .service(web::resource("/models/{name}/invoke").post(multi_model::invoke).to(method_not_allowed))
             .default_service(web::to(bad_request))
     })
+    .on_connect(super::http::disconnect::on_connect)
     .workers(opts.workers.max(1))
     .shutdown_timeout(opts.exit_timeout_secs)
     .disable_signals()

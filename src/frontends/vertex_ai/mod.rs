@@ -125,6 +125,7 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: VertexOptions) -> std:
         default_model: opts.default_model,
     });
     Ok(HttpServer::new(move || App::new().app_data(state.clone()).default_service(web::to(handle)))
+        .on_connect(super::http::disconnect::on_connect)
         .workers(opts.workers.max(1))
         .shutdown_timeout(opts.exit_timeout_secs)
         .disable_signals()
