@@ -37,3 +37,80 @@ pub fn model_config(data: &[u8]) -> bool {
     let _ = config::to_json(&config);
     config::to_policy(&config, 1, None).is_ok()
 }
+
+/// A gRPC `ModelInferRequest` message, decoded as the gRPC frontend decodes it, then each BYTES
+/// input's elements walked as a backend would. True when the request was accepted.
+pub fn grpc_infer(data: &[u8]) -> bool {
+    use prost::Message as _;
+    let Ok(req) = crate::proto::inference::ModelInferRequest::decode(data) else { return false };
+    let Ok(decoded) = crate::frontends::grpc::decode::decode(req) else { return false };
+    decoded.request.inputs.iter().all(|t| {
+        if t.datatype != tritium_actors::DataType::Bytes {
+            return true;
+        }
+        let count = t.shape.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
+        count.is_some_and(|n| tritium_actors::tensor::bytes_element_ranges(&t.data, n).is_ok())
+    })
+}
+
+/// Triton's serialized BYTES tensor: the first two bytes are the element count the shape
+/// claims (little-endian), the rest the length-prefixed elements. When the elements are
+/// accepted, serializing them again must give back exactly the bytes read. True when accepted.
+pub fn bytes_elements(data: &[u8]) -> bool {
+    if data.len() < 2 {
+        return false;
+    }
+    let expected = u16::from_le_bytes([data[0], data[1]]) as usize;
+    let payload = &data[2..];
+    let Ok(ranges) = tritium_actors::tensor::bytes_element_ranges(payload, expected) else { return false };
+    let again = tritium_actors::tensor::serialize_bytes(ranges.iter().map(|&(a, b)| &payload[a..b]));
+    assert_eq!(&again[..], payload, "BYTES elements do not serialize back to what was read");
+    true
+}
+
+/// The size of the object behind the shared-memory target's region.
+const SHM_OBJECT_BYTES: u64 = 4096;
+
+/// Shared-memory parameters as a request or a register call carries them, against one real
+/// region (a 4 KiB POSIX object registered from offset 512, made once per process). `data`:
+/// an operation byte, then offset and byte size (two little-endian u64), then the bytes to
+/// write. Any access is either refused or stays inside the region; none may fault. True when
+/// the operation was accepted.
+pub fn shm_params(data: &[u8]) -> bool {
+    use std::sync::OnceLock;
+    static REGION: OnceLock<(crate::shm::Registry, String)> = OnceLock::new();
+    let (registry, key) = REGION.get_or_init(|| {
+        let key = format!("/tritium-fuzz-{}", std::process::id());
+        let file = std::fs::File::create(format!("/dev/shm{key}")).expect("make the fuzz region's object");
+        file.set_len(SHM_OBJECT_BYTES).expect("size the fuzz region's object");
+        let registry = crate::shm::Registry::default();
+        registry.register("r", &key, 512, SHM_OBJECT_BYTES - 512).expect("register the fuzz region");
+        (registry, key)
+    });
+    if data.len() < 17 {
+        return false;
+    }
+    let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+    let (op, offset, size, payload) = (data[0] % 4, word(1), word(9), &data[17..]);
+    let region_bytes = SHM_OBJECT_BYTES - 512;
+    match op {
+        0 => match registry.read("r", offset, size) {
+            Ok(bytes) => {
+                assert!(offset + size <= region_bytes && bytes.len() as u64 == size, "a read left the region");
+                true
+            }
+            Err(_) => false,
+        },
+        1 => registry.write("r", offset, size, payload, "OUT").is_ok(),
+        2 => registry.check_output("r", offset, size).is_ok(),
+        _ => {
+            // Registering another view of the same object: accepted only inside the object.
+            let accepted = registry.register("view", key, offset, size).is_ok();
+            if accepted {
+                assert!(size > 0 && offset.checked_add(size).is_some_and(|end| end <= SHM_OBJECT_BYTES));
+                registry.unregister("view");
+            }
+            accepted
+        }
+    }
+}

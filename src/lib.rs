@@ -1,5 +1,6 @@
 //! The parsers that read untrusted bytes — the HTTP infer body (JSON, and Triton's binary tensor
-//! extension) and `config.pbtxt` — as a library, for the fuzz targets in `fuzz/` and for
+//! extension), the gRPC infer request, BYTES tensors, shared-memory offsets and `config.pbtxt` —
+//! as a library, for the fuzz targets in `fuzz/` and for
 //! `tests/fuzz_corpus.rs`, which replays their corpus on every `cargo test`. The server is the
 //! `tritium` binary (`main.rs`), which compiles these modules as its own; only the modules the
 //! parsers need are here, and `fuzzing` is their one entry point.
@@ -14,6 +15,11 @@ pub mod shm;
 
 pub mod frontends {
     pub mod params;
+    pub mod version;
+
+    pub mod grpc {
+        pub mod decode;
+    }
 
     pub mod http {
         pub mod binary;

@@ -52,3 +52,31 @@ fn model_configs_replay_and_the_bundled_ones_are_accepted() {
     assert!(refused.is_empty(), "bundled configs refused: {refused:?}");
     assert!(!tritium::fuzzing::model_config(b"name: \"x\" max_batch_size: [ 1 ]"));
 }
+
+#[test]
+fn grpc_requests_replay_and_the_valid_ones_decode() {
+    let results = replay("grpc_infer", tritium::fuzzing::grpc_infer);
+    let accepted: Vec<&str> = results.iter().filter(|(_, ok)| *ok).map(|(n, _)| n.as_str()).collect();
+    for valid in ["typed_fp32", "raw_two", "typed_bytes_nul", "raw_bytes", "sequence_params"] {
+        assert!(accepted.contains(&valid), "{valid} was refused; accepted: {accepted:?}");
+    }
+    for invalid in ["raw_bytes_lying_length", "negative_shape", "bad_version", "shm_unregistered", "bad_datatype"] {
+        assert!(!accepted.contains(&invalid), "{invalid} was accepted");
+    }
+}
+
+#[test]
+fn bytes_tensors_replay_and_round_trip() {
+    let results = replay("bytes_elements", tritium::fuzzing::bytes_elements);
+    let accepted: Vec<&str> = results.iter().filter(|(_, ok)| *ok).map(|(n, _)| n.as_str()).collect();
+    assert_eq!(accepted, ["big_element", "empty", "many_empty", "non_utf8", "three"]);
+}
+
+#[test]
+fn shared_memory_parameters_replay_and_stay_inside_the_region() {
+    let results = replay("shm_params", tritium::fuzzing::shm_params);
+    let accepted: Vec<&str> = results.iter().filter(|(_, ok)| *ok).map(|(n, _)| n.as_str()).collect();
+    assert_eq!(accepted, ["check_output", "read_all", "read_middle", "register_view", "write_fits"]);
+    // The target's region object is made once per process; this process is done with it.
+    let _ = std::fs::remove_file(format!("/dev/shm/tritium-fuzz-{}", std::process::id()));
+}

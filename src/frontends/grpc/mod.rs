@@ -5,6 +5,7 @@
 //! workers' threads.
 
 mod deadline;
+pub mod decode;
 mod error;
 mod guard;
 mod health;
