@@ -57,6 +57,13 @@ fn describe() {
         "nv_inference_compute_output_duration_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)"
     );
+    describe_counter!("nv_cache_num_hits_per_model", "Number of cache hits per model");
+    describe_counter!("nv_cache_num_misses_per_model", "Number of cache misses per model");
+    describe_counter!("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds");
+    describe_counter!(
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds"
+    );
     describe_gauge!("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes");
     describe_gauge!("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes");
     describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
@@ -152,6 +159,13 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
             counter!("nv_inference_compute_input_duration_us", &labels).absolute(us(s.compute_input));
             counter!("nv_inference_compute_infer_duration_us", &labels).absolute(us(s.compute_infer));
             counter!("nv_inference_compute_output_duration_us", &labels).absolute(us(s.compute_output));
+            // Triton makes these only for a model whose answers are cached.
+            if model.handle.caches() {
+                counter!("nv_cache_num_hits_per_model", &labels).absolute(s.cache_hit.0);
+                counter!("nv_cache_num_misses_per_model", &labels).absolute(s.cache_miss.0);
+                counter!("nv_cache_hit_duration_per_model", &labels).absolute(us(s.cache_hit));
+                counter!("nv_cache_miss_duration_per_model", &labels).absolute(us(s.cache_miss));
+            }
         }
 
         gauge!("tritium_scheduler_queue_length", &labels).set(f.scheduler.queue_len as f64);
@@ -346,8 +360,8 @@ pub fn serve_with(
     let latency = Latency { recorder: install_latency_recorder(&config)?, first_responses: Arc::default() };
     // Each model version loaded from now on reports its requests to its latency families.
     let (families, first_responses) = (config.clone(), latency.first_responses.clone());
-    repository.observe_loads(Box::new(move |model: &ModelKey, version: i64, decoupled: bool| {
-        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled, &first_responses)
+    repository.observe_loads(Box::new(move |model: &ModelKey, version: i64, decoupled: bool, cached: bool| {
+        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled, cached, &first_responses)
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
@@ -387,7 +401,7 @@ mod tests {
         let first_responses = latency::FirstResponses::default();
         metrics::with_local_recorder(&recorder, || {
             latency::describe();
-            let m = ModelLatency::new(&config, &ModelKey::new("", "m"), "1", true, &first_responses).unwrap();
+            let m = ModelLatency::new(&config, &ModelKey::new("", "m"), "1", true, false, &first_responses).unwrap();
             let t = |us: u64| Duration::from_micros(us);
             for i in 1..=4u64 {
                 m.success(&RequestTimes {
