@@ -139,3 +139,18 @@ def test_an_unknown_cache_is_refused_at_start(tmp_path):
     from helpers import run_to_exit
     code, out = run_to_exit(["--model-repository", str(tmp_path), "--cache-config=redis,host=localhost"])
     assert code != 0 and "Tritium has no 'redis' cache" in out, out
+
+
+def test_a_reloaded_model_never_answers_from_its_previous_load(start_server, tmp_path):
+    repo = tmp_path / "models"
+    repo.mkdir()
+    add_model(repo, "cached", identity_config("cached", extra=CACHED))
+    srv = start_server(repo, args=["--model-control-mode=explicit", "--load-model=cached",
+                                   "--cache-config=local,size=1048576"])
+    infer(srv.client, "cached", 1.0)
+    infer(srv.client, "cached", 1.0)
+    assert stats(srv.client, "cached")["hit"] == 1
+    srv.client.load_model("cached")
+    infer(srv.client, "cached", 1.0)
+    s = stats(srv.client, "cached")
+    assert (s["exec"], s["hit"], s["miss"]) == (1, 0, 1), s

@@ -1,8 +1,8 @@
 //! The response cache: Triton's `local` cache (`--cache-config local,size=<bytes>`), one for the
 //! whole engine, shared by every model whose config says `response_cache { enable: true }`.
 //!
-//! A request's key hashes its model name and version, then every input (sorted by name) with
-//! its datatype, shape and bytes, then the outputs it asked for. Triton hashes the name and the
+//! A request's key hashes its model name and version (and which load of it this is), then every input (sorted
+//! by name) with its datatype, shape and bytes, then the outputs it asked for. Triton hashes the name and the
 //! bytes only; the datatype and shape are added so that two tensors with the same bytes and a
 //! different shape never share an answer, and the requested outputs so that a request for one
 //! output is never answered with another's. The key is 128 bits (two SipHash passes with
@@ -32,8 +32,10 @@ use crate::tensor::Tensor;
 pub struct CacheKey(u64, u64);
 
 impl CacheKey {
-    /// The key of `request` to `policy`'s model version.
-    pub fn of(policy: &ModelPolicy, request: &InferRequest) -> CacheKey {
+    /// The key of `request` to `policy`'s model version, loaded as the engine's `load`-th load
+    /// (a reloaded model's new answers never meet its old ones, nor do two models of one name
+    /// from two namespaces).
+    pub fn of(load: u64, policy: &ModelPolicy, request: &InferRequest) -> CacheKey {
         let mut halves = [std::hash::DefaultHasher::new(), std::hash::DefaultHasher::new()];
         halves[1].write_u8(0x5a);
         let mut inputs: Vec<&Tensor> = request.inputs.iter().collect();
@@ -44,6 +46,7 @@ impl CacheKey {
             h.write(policy.name.as_bytes());
             h.write_u8(0xff);
             h.write_i64(policy.version);
+            h.write_u64(load);
             for t in &inputs {
                 h.write(t.name.as_bytes());
                 h.write_u8(0xff);
@@ -255,33 +258,38 @@ mod tests {
     fn the_key_covers_model_version_and_each_inputs_name_type_shape_and_bytes() {
         let p = policy("m", 1);
         let base = request(vec![t("I", DataType::U8, vec![4], b"abcd"), t("J", DataType::U8, vec![1], b"x")]);
-        let key = CacheKey::of(&p, &base);
+        let key = CacheKey::of(0, &p, &base);
         let reordered = request(vec![t("J", DataType::U8, vec![1], b"x"), t("I", DataType::U8, vec![4], b"abcd")]);
-        assert_eq!(CacheKey::of(&p, &reordered), key, "the order of the inputs does not matter");
+        assert_eq!(CacheKey::of(0, &p, &reordered), key, "the order of the inputs does not matter");
         let variants = [
-            CacheKey::of(&policy("n", 1), &base),
-            CacheKey::of(&policy("m", 2), &base),
+            CacheKey::of(0, &policy("n", 1), &base),
+            CacheKey::of(0, &policy("m", 2), &base),
+            CacheKey::of(1, &p, &base),
             CacheKey::of(
+                0,
                 &p,
                 &request(vec![t("I", DataType::U8, vec![4], b"abce"), t("J", DataType::U8, vec![1], b"x")]),
             ),
             CacheKey::of(
+                0,
                 &p,
                 &request(vec![t("I", DataType::U8, vec![2, 2], b"abcd"), t("J", DataType::U8, vec![1], b"x")]),
             ),
             CacheKey::of(
+                0,
                 &p,
                 &request(vec![t("I", DataType::I8, vec![4], b"abcd"), t("J", DataType::U8, vec![1], b"x")]),
             ),
             CacheKey::of(
+                0,
                 &p,
                 &request(vec![t("K", DataType::U8, vec![4], b"abcd"), t("J", DataType::U8, vec![1], b"x")]),
             ),
-            CacheKey::of(&p, &request(vec![t("I", DataType::U8, vec![4], b"abcd")])),
+            CacheKey::of(0, &p, &request(vec![t("I", DataType::U8, vec![4], b"abcd")])),
             {
                 let mut r = request(base.inputs.clone());
                 r.outputs.push(RequestedOutput { name: "O".into(), class_count: 0 });
-                CacheKey::of(&p, &r)
+                CacheKey::of(0, &p, &r)
             },
         ];
         for (i, v) in variants.iter().enumerate() {

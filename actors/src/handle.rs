@@ -63,8 +63,13 @@ pub struct ModelHandle {
     /// The response cache, for a model that asks for it (`response_cache { enable: true }`)
     /// when the engine has one.
     cache: Option<Arc<ResponseCache>>,
+    /// This load's number, part of its cache keys.
+    load: u64,
     limits: Limits,
 }
+
+/// Numbers every model load of the process.
+static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl std::fmt::Debug for ModelHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,7 +135,18 @@ impl ModelHandle {
         let ordered =
             matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
         let order = ordered.then(|| Arc::new(ReplyGate::default()));
-        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order, clock, cache, limits };
+        let handle = ModelHandle {
+            policy,
+            stats,
+            figures,
+            scheduler,
+            supervisor,
+            order,
+            clock,
+            cache,
+            load: LOADS.fetch_add(1, Relaxed),
+            limits,
+        };
         match rx.await {
             Ok(Ok(())) => Ok(handle),
             Ok(Err(e)) => {
@@ -171,7 +187,7 @@ impl ModelHandle {
         let mut miss = None;
         if let Some(cache) = &self.cache {
             let start = Instant::now();
-            let key = CacheKey::of(&self.policy, &request);
+            let key = CacheKey::of(self.load, &self.policy, &request);
             let found = cache.lookup(key);
             let lookup = start.elapsed();
             match found {
