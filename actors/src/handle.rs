@@ -98,7 +98,8 @@ impl ModelHandle {
         Self::load_with(engine, policy, factory, clock, &Shared::default()).await
     }
 
-    /// `load` with what the engine shares among its models (the response cache).
+    /// `load` with what the engine shares among its models (the response cache, the rate
+    /// limiter).
     pub async fn load_shared(
         engine: &ArbiterHandle,
         policy: ModelPolicy,
