@@ -77,6 +77,7 @@ def test_a_warmed_model_answers_its_first_request_as_fast_as_later_ones(start_se
         for iteration in (1, 2):
             assert f"model 'warm' instance {instance} is running warmup sample 'zeros' for iteration {iteration}" in log, log
         assert f"model 'warm' instance {instance} is running warmup sample 'from_file' for iteration 1" in log
+    assert "Generating warmup sample data for 'zeros'" in log
     assert "model 'cold' instance" not in log
 
 

@@ -99,6 +99,13 @@ def test_hits_misses_eviction_and_their_statistics(start_server, tmp_path):
     assert 'nv_inference_queue_summary_us_count{model="cached",version="1"} 6' in metrics, metrics
     assert 'nv_inference_request_summary_us_count{model="cached"' not in metrics
     assert 'nv_inference_request_summary_us_count{model="plain",version="1"} 2' in metrics
+    # The cache's own gauges, as Triton 2.51 serves them (it leaves most at 0; these are live).
+    gauges = {l.split()[0]: float(l.split()[1]) for l in metrics.splitlines() if l.startswith("nv_cache_") and "{" not in l}
+    assert gauges["nv_cache_num_entries"] == 2 and gauges["nv_cache_num_evictions"] == 2, gauges
+    assert gauges["nv_cache_num_lookups"] == 6 and gauges["nv_cache_num_hits"] == 2, gauges
+    assert gauges["nv_cache_num_misses"] == 4, gauges
+    assert abs(gauges["nv_cache_util"] - 2 * ENTRY / (2 * ENTRY + ENTRY // 2)) < 1e-9, gauges
+    assert {"nv_cache_lookup_duration", "nv_cache_insertion_duration"} <= set(gauges), gauges
 
 
 def test_an_answer_larger_than_the_cache_is_never_kept(start_server, tmp_path):

@@ -121,6 +121,9 @@ pub struct CacheSnapshot {
     pub lookups: u64,
     pub hits: u64,
     pub evictions: u64,
+    /// Time spent in lookups (hits and misses) and in insertions, in ns.
+    pub lookup_ns: u64,
+    pub insertion_ns: u64,
 }
 
 /// The engine's response cache, `size` bytes.
@@ -130,6 +133,8 @@ pub struct ResponseCache {
     lookups: AtomicU64,
     hits: AtomicU64,
     evictions: AtomicU64,
+    lookup_ns: AtomicU64,
+    insertion_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for ResponseCache {
@@ -146,20 +151,34 @@ impl ResponseCache {
             lookups: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            lookup_ns: AtomicU64::new(0),
+            insertion_ns: AtomicU64::new(0),
         }
     }
 
     /// The outputs cached under `key` (cheap clones: tensor data is shared), now the most
     /// recently used.
     pub fn lookup(&self, key: CacheKey) -> Option<Vec<Tensor>> {
+        let start = Instant::now();
         self.lookups.fetch_add(1, Relaxed);
-        let found = self.lru.lock().touch(key)?;
-        self.hits.fetch_add(1, Relaxed);
-        Some(found.to_vec())
+        let found = self.lru.lock().touch(key);
+        let found = found.map(|f| {
+            self.hits.fetch_add(1, Relaxed);
+            f.to_vec()
+        });
+        self.lookup_ns.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+        found
     }
 
     /// Keeps `outputs` under `key`, evicting the least recently used entries to make room.
     pub fn insert(&self, key: CacheKey, outputs: &[Tensor]) -> Inserted {
+        let start = Instant::now();
+        let inserted = self.insert_timed(key, outputs);
+        self.insertion_ns.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+        inserted
+    }
+
+    fn insert_timed(&self, key: CacheKey, outputs: &[Tensor]) -> Inserted {
         let size = entry_size(outputs);
         if size > self.size {
             return Inserted::TooLarge;
@@ -192,6 +211,8 @@ impl ResponseCache {
             lookups: self.lookups.load(Relaxed),
             hits: self.hits.load(Relaxed),
             evictions: self.evictions.load(Relaxed),
+            lookup_ns: self.lookup_ns.load(Relaxed),
+            insertion_ns: self.insertion_ns.load(Relaxed),
         }
     }
 }

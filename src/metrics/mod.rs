@@ -271,11 +271,41 @@ fn histograms(router: &Router, out: &mut String) {
 }
 
 /// One scrape's text: the families rebuilt from the statistics, then the per-request ones.
-fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, latency: &Latency) -> String {
+/// The response cache's own gauges, as Triton 2.51 serves them when a cache is configured.
+fn cache_gauges(cache: &tritium_actors::cache::ResponseCache) {
+    describe_gauge!("nv_cache_util", "Cache utilization [0.0 - 1.0]");
+    describe_gauge!("nv_cache_num_entries", "Number of responses stored in response cache");
+    describe_gauge!("nv_cache_num_hits", "Number of cache hits in response cache");
+    describe_gauge!("nv_cache_num_misses", "Number of cache misses in response cache");
+    describe_gauge!("nv_cache_num_lookups", "Number of cache lookups in response cache");
+    describe_gauge!("nv_cache_num_evictions", "Number of cache evictions in response cache");
+    describe_gauge!("nv_cache_lookup_duration", "Total cache lookup duration (hit and miss), in microseconds");
+    describe_gauge!("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds");
+    let c = cache.snapshot();
+    gauge!("nv_cache_util").set(c.used_bytes as f64 / c.size_bytes.max(1) as f64);
+    gauge!("nv_cache_num_entries").set(c.entries as f64);
+    gauge!("nv_cache_num_hits").set(c.hits as f64);
+    gauge!("nv_cache_num_misses").set((c.lookups - c.hits) as f64);
+    gauge!("nv_cache_num_lookups").set(c.lookups as f64);
+    gauge!("nv_cache_num_evictions").set(c.evictions as f64);
+    gauge!("nv_cache_lookup_duration").set((c.lookup_ns / 1000) as f64);
+    gauge!("nv_cache_insertion_duration").set((c.insertion_ns / 1000) as f64);
+}
+
+fn render(
+    repository: &RepositoryManager,
+    host: &system::HostFigures,
+    config: &MetricsConfig,
+    latency: &Latency,
+) -> String {
+    let router = repository.router();
     let recorder = PrometheusBuilder::new().build_recorder();
     metrics::with_local_recorder(&recorder, || {
         describe();
         refresh(router, host, config);
+        if let Some(cache) = &repository.shared().cache {
+            cache_gauges(cache);
+        }
     });
     let mut text = recorder.handle().render();
     histograms(router, &mut text);
@@ -312,7 +342,7 @@ struct State {
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
-    let text = render(state.repository.router(), &state.host, &state.config, &state.latency);
+    let text = render(&state.repository, &state.host, &state.config, &state.latency);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 

@@ -166,6 +166,11 @@ impl RepositoryManager {
         handle
     }
 
+    /// What every loaded model shares (the response cache, the rate limiter).
+    pub fn shared(&self) -> &tritium_actors::Shared {
+        &self.opts.shared
+    }
+
     pub fn router(&self) -> &Router {
         &self.router
     }
