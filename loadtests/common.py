@@ -109,10 +109,11 @@ class Server:
 
 @contextlib.contextmanager
 def bench_server(server_bin, ort_lib, model_repository, out_dir, models=None, ready=("add_sub",),
-                 check=None, edit_repo=None, log_name="server.log", prefix="bench-"):
+                 check=None, edit_repo=None, log_name="server.log", prefix="bench-", extra_args=()):
     """Starts the server on free loopback ports with a temp copy of the repository (only the
-    folders in `models` when given; `edit_repo(repo_path)` may rewrite configs first), waits for
-    the models in `ready`, runs `check(base)`, yields a Server, and stops it with SIGTERM."""
+    folders in `models` when given; `edit_repo(repo_path)` may rewrite configs first) and
+    `extra_args` on its command line, waits for the models in `ready`, runs `check(base)`,
+    yields a Server, and stops it with SIGTERM."""
     # Neither the process name nor its command line says "tritium": on a machine shared with
     # someone's `pkill tritium` / `pkill -f tritium`, the benchmark server is not theirs to stop.
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -131,7 +132,7 @@ def bench_server(server_bin, ort_lib, model_repository, out_dir, models=None, re
     server_log = open(os.path.join(out_dir, log_name), "w")
     cmd = [server_exe, "--model-repository", repo, "--http-port", str(http_port),
            "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-           "--onnxruntime-library", ort_lib]
+           "--onnxruntime-library", ort_lib, *extra_args]
     server_log.write(" ".join(cmd) + "\n")
     server_log.flush()
     proc = subprocess.Popen(cmd, stdout=server_log, stderr=subprocess.STDOUT)

@@ -87,6 +87,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Err(why) => tracing::info!("CUDA off for PyTorch models: {why}"),
     }
+    let cache = cli.resources.response_cache_size().map_err(anyhow::Error::msg)?;
+    if let Some(size) = cache {
+        tracing::info!("response cache: local, {size} bytes");
+    }
     let engine = Engine::new();
     let backend_env = BackendEnv {
         onnxruntime_library: cli.onnxruntime_library.clone(),
@@ -105,6 +109,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             load_retries: cli.repo.model_load_retry_count,
             host_cores: cli::host_policy::cpu_cores(&cli.resources.host_policy),
             namespacing: cli.repo.model_namespacing,
+            shared: tritium_actors::Shared {
+                cache: cache.map(|size| Arc::new(tritium_actors::cache::ResponseCache::new(size))),
+                limiter: (cli.resources.rate_limit == Some(cli::resources::RateLimitMode::ExecutionCount))
+                    .then(|| Arc::new(tritium_actors::limiter::RateLimiter::new(cli.resources.rate_limit_resources()))),
+            },
         },
         engine.handle(),
     ));

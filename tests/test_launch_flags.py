@@ -73,12 +73,11 @@ def test_bad_values_are_refused_with_tritons_syntax(tmp_path):
 
 def test_flags_without_effect_are_logged_once_at_start(start_server, repo_copy):
     flags = ["--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
-             "--cache-config=local,size=1048576", "--rate-limit=execution_count",
              "--rate-limit-resource=R1:4", "--grpc-infer-allocation-pool-size=16",
              "--grpc-keepalive-permit-without-calls=0", "--grpc-http2-max-ping-strikes=0",
              "--enable-peer-access=false", "--repoagent-directory=/x", "--buffer-manager-thread-count=2",
              "--min-supported-compute-capability=6.0", "--model-load-gpu-limit=0:0.5",
-             "--cuda-virtual-address-size=0:1073741824", "--response-cache-byte-size=0",
+             "--cuda-virtual-address-size=0:1073741824",
              "--grpc-http2-max-pings-without-data=0", "--grpc-http2-min-recv-ping-interval-without-data=1000",
              "--cache-directory=/x", "--host-policy=cpu,numa-node=0",
              "--grpc-max-connection-age-grace=100"]

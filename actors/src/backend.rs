@@ -18,6 +18,25 @@ pub struct InstanceSpec {
     /// The CPU cores the instance's thread is pinned to (Triton's host policy `cpu-cores`);
     /// empty = wherever the OS schedules it.
     pub cpu_cores: Vec<usize>,
+    /// What the rate limiter asks of it (`instance_group.rate_limiter`).
+    pub rate_limiter: RateLimiterSpec,
+}
+
+/// One resource an instance needs (`rate_limiter.resources`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceSpec {
+    pub name: String,
+    /// One pool for the whole server instead of one per device.
+    pub global: bool,
+    pub count: u64,
+}
+
+/// An instance's `rate_limiter`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RateLimiterSpec {
+    pub resources: Vec<ResourceSpec>,
+    /// Weighs the instance's executions (0 counts as 1): the higher, the later it goes.
+    pub priority: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -302,6 +302,8 @@ mod tests {
             scheduler: dynamic.map(SchedulerPolicy::Dynamic).unwrap_or(SchedulerPolicy::Direct),
             decoupled: false,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            warmup: Vec::new(),
+            response_cache: false,
         }
     }
 
@@ -316,6 +318,7 @@ mod tests {
             enqueued: at,
             batch_size: batch as usize,
             sequence: None,
+            cache: None,
         }
     }
 

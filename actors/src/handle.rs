@@ -2,14 +2,17 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::{Actor, Addr, ArbiterHandle};
 use tokio::sync::oneshot;
 
 use crate::backend::BackendFactory;
+use crate::cache::{CacheKey, CacheMiss, ResponseCache};
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::figures::ModelFigures;
+use crate::limiter::{Limits, RateLimiter};
 use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::protocol::{Enqueue, Pending, Stop};
 use crate::request::{InferRequest, InferResponse, Reply, ReplyGate};
@@ -40,6 +43,14 @@ impl Default for Engine {
     }
 }
 
+/// What the engine shares among the models it runs: the response cache (`--cache-config`)
+/// and the rate limiter (`--rate-limit execution_count`).
+#[derive(Clone, Default)]
+pub struct Shared {
+    pub cache: Option<Arc<ResponseCache>>,
+    pub limiter: Option<Arc<RateLimiter>>,
+}
+
 pub struct ModelHandle {
     pub policy: Arc<ModelPolicy>,
     pub stats: Arc<ModelStats>,
@@ -49,7 +60,16 @@ pub struct ModelHandle {
     /// `preserve_ordering`: answers leave in acceptance order.
     order: Option<Arc<ReplyGate>>,
     clock: SharedClock,
+    /// The response cache, for a model that asks for it (`response_cache { enable: true }`)
+    /// when the engine has one.
+    cache: Option<Arc<ResponseCache>>,
+    /// This load's number, part of its cache keys.
+    load: u64,
+    limits: Limits,
 }
+
+/// Numbers every model load of the process.
+static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl std::fmt::Debug for ModelHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -75,6 +95,34 @@ impl ModelHandle {
         factory: Arc<dyn BackendFactory>,
         clock: SharedClock,
     ) -> Result<ModelHandle> {
+        Self::load_with(engine, policy, factory, clock, &Shared::default()).await
+    }
+
+    /// `load` with what the engine shares among its models (the response cache, the rate
+    /// limiter).
+    pub async fn load_shared(
+        engine: &ArbiterHandle,
+        policy: ModelPolicy,
+        factory: Arc<dyn BackendFactory>,
+        shared: &Shared,
+    ) -> Result<ModelHandle> {
+        Self::load_with(engine, policy, factory, Arc::new(SystemClock), shared).await
+    }
+
+    async fn load_with(
+        engine: &ArbiterHandle,
+        policy: ModelPolicy,
+        factory: Arc<dyn BackendFactory>,
+        clock: SharedClock,
+        shared: &Shared,
+    ) -> Result<ModelHandle> {
+        // Triton caches neither sequences nor decoupled models (the config check refuses both).
+        let cacheable = policy.response_cache && policy.sequence().is_none() && !policy.decoupled;
+        let cache = shared.cache.clone().filter(|_| cacheable);
+        let limits: Limits = match &shared.limiter {
+            Some(l) => Some((l.clone(), l.register(&policy.name, &policy.instances)?)),
+            None => None,
+        };
         let policy = Arc::new(policy);
         let stats = Arc::new(ModelStats::default());
         let figures = Arc::new(ModelFigures::new(policy.instances.len()));
@@ -82,11 +130,24 @@ impl ModelHandle {
         let scheduler = SchedulerAddr::start(engine, p, s, f, clock.clone());
         let (tx, rx) = oneshot::channel();
         let (p, s, f, sch, c) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone(), clock.clone());
-        let supervisor = Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx, c));
+        let l = limits.clone();
+        let supervisor =
+            Supervisor::start_in_arbiter(engine, move |_| Supervisor::new(p, s, f, factory, sch, tx, c, l));
         let ordered =
             matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if d.preserve_ordering) && !policy.decoupled;
         let order = ordered.then(|| Arc::new(ReplyGate::default()));
-        let handle = ModelHandle { policy, stats, figures, scheduler, supervisor, order, clock };
+        let handle = ModelHandle {
+            policy,
+            stats,
+            figures,
+            scheduler,
+            supervisor,
+            order,
+            clock,
+            cache,
+            load: LOADS.fetch_add(1, Relaxed),
+            limits,
+        };
         match rx.await {
             Ok(Ok(())) => Ok(handle),
             Ok(Err(e)) => {
@@ -95,6 +156,11 @@ impl ModelHandle {
             }
             Err(_) => Err(Error::internal("the model supervisor stopped while loading")),
         }
+    }
+
+    /// True when the model's answers go to the response cache.
+    pub fn caches(&self) -> bool {
+        self.cache.is_some()
     }
 
     /// True while at least one instance is alive.
@@ -108,6 +174,8 @@ impl ModelHandle {
         // A request that fails validation never reaches the model: Triton counts it in no
         // statistic and no failure reason.
         validate_request(&self.policy, &mut request)?;
+        // Where Triton's queue time starts (the scheduler's enqueue).
+        let queued = Instant::now();
         let reply = match &self.order {
             Some(gate) => Reply::ordered(gate, reply),
             None => reply,
@@ -117,7 +185,28 @@ impl ModelHandle {
         if let Some(trace) = &request.trace {
             trace.record(crate::trace::QUEUE_START);
         }
-        let pending = Pending { request, reply, enqueued: self.clock.now(), batch_size, sequence: None };
+        let mut miss = None;
+        if let Some(cache) = &self.cache {
+            let start = Instant::now();
+            let key = CacheKey::of(self.load, &self.policy, &request);
+            let found = cache.lookup(key);
+            let lookup = start.elapsed();
+            match found {
+                Some(outputs) => {
+                    // A hit never reaches the scheduler: answered here, counted as a success
+                    // with no inference, execution or compute time (as Triton counts it).
+                    self.stats.record_cache_hit(received.elapsed(), start - queued, lookup);
+                    let policy = &self.policy;
+                    let mut response =
+                        crate::backend::response(&request.id, &policy.name, policy.version, outputs, true);
+                    response.times = Some(crate::stats::ComputeTimes::default());
+                    reply.send(Ok(response));
+                    return Ok(());
+                }
+                None => miss = Some(CacheMiss { cache: cache.clone(), key, lookup }),
+            }
+        }
+        let pending = Pending { request, reply, enqueued: self.clock.now(), batch_size, sequence: None, cache: miss };
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.submitted();
         if self.scheduler.enqueue.try_send(Enqueue(pending)).is_err() {
@@ -144,6 +233,9 @@ impl ModelHandle {
         let (tx, rx) = oneshot::channel();
         if self.supervisor.try_send(Stop(tx)).is_ok() {
             let _ = rx.await;
+        }
+        if let Some((limiter, ids)) = &self.limits {
+            limiter.unregister(ids);
         }
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct InstanceActor {
     /// The supervisor, told when the instance is loaded and when it ended.
     pub ready: Recipient<InstanceReady>,
     pub exited: Recipient<InstanceExited>,
+    /// The rate limiter and this instance's member id in it (`--rate-limit execution_count`).
+    pub limiter: Option<(Arc<crate::limiter::RateLimiter>, u64)>,
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -111,19 +113,31 @@ fn run(env: &InstanceActor) -> InstanceExit {
             ))
         }
     };
+    // Warmup runs before the supervisor hears the instance is ready: a model turns READY only
+    // once every instance has run its samples, and a failing sample fails the load.
+    if !env.policy.warmup.is_empty() {
+        if let Err(e) = crate::warmup::warm_up(&env.policy, &env.spec.name, backend.as_mut()) {
+            drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
+            return InstanceExit::LoadFailed(e);
+        }
+    }
     let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
     env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
         match msg {
             InstanceMsg::Shutdown => return InstanceExit::Stopped,
             InstanceMsg::Execute(batch) => {
+                // With the rate limiter on, the batch waits here for the instance's resources
+                // and turn; they are given back once its requests are answered.
                 env.figures.instance(idx).took();
+                let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
                 let started = Instant::now();
                 let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
                     Ok(r) => r,
                     Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
                 };
                 env.figures.instance(idx).busy(started.elapsed());
+                drop(grant);
                 if let Err(reason) = outcome {
                     // The batch's requests were answered inside `execute` when the backend
                     // panicked; this instance's state is unknown now, so it ends here.
@@ -281,6 +295,9 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             compute_output: times.compute_output,
             batch_size: p.batch_size as u64,
         });
+        if let Some(miss) = &p.cache {
+            stats.record_cache_miss(miss.insert(&outputs));
+        }
         stats.pending.fetch_sub(1, Relaxed);
         let mut response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
         response.times = Some(times);

@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod batch;
 pub mod batcher;
+pub mod cache;
 pub mod clock;
 pub mod ensemble;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod figures;
 pub mod handle;
 pub mod histogram;
 pub mod instance;
+pub mod limiter;
 pub mod ordering;
 pub mod policy;
 pub mod protocol;
@@ -30,14 +32,15 @@ pub mod tensor;
 pub mod timer;
 pub mod trace;
 pub mod validate;
+mod warmup;
 
 pub use backend::{Backend, BackendFactory, BatchInput, InstanceKind, InstanceSpec};
 pub use error::{Error, ErrorKind, Result};
 pub use exit::{ExitCause, InstanceExit};
-pub use handle::{Engine, ModelHandle};
+pub use handle::{Engine, ModelHandle, Shared};
 pub use policy::{
     ControlKind, ControlSpec, DynamicBatchPolicy, InitialState, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy,
-    SequencePolicy, SequenceStrategy, StateSpec, TimeoutAction,
+    SequencePolicy, SequenceStrategy, StateSpec, TimeoutAction, WarmupSample,
 };
 pub use request::{
     CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags,

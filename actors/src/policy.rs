@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::backend::InstanceSpec;
-use crate::tensor::DataType;
+use crate::tensor::{DataType, Tensor};
 
 /// One input or output of a model.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +163,20 @@ pub enum SchedulerPolicy {
     Sequence(SequencePolicy),
 }
 
+/// One `model_warmup` sample: `batch_size` requests carrying `inputs`, run together `count`
+/// times on every instance after it loads and before the model turns ready. A failing sample
+/// fails the instance's load; warmup counts in no statistic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmupSample {
+    pub name: String,
+    /// Requests per execution (0: the sample is skipped, as Triton skips it).
+    pub batch_size: usize,
+    /// Executions (at least 1).
+    pub count: usize,
+    /// One request's inputs, with the batch dimension (1) when the model batches.
+    pub inputs: Vec<Tensor>,
+}
+
 /// A model version, as the engine runs it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelPolicy {
@@ -177,6 +191,10 @@ pub struct ModelPolicy {
     pub decoupled: bool,
     /// Hard bound on queued requests, whatever the config says (bounded mailboxes everywhere).
     pub queue_capacity: usize,
+    /// `model_warmup`, in order.
+    pub warmup: Vec<WarmupSample>,
+    /// `response_cache { enable: true }`: answers are cached when the engine has a cache.
+    pub response_cache: bool,
 }
 
 /// The engine's bound on one model's queue when the config sets none.

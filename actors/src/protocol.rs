@@ -20,6 +20,7 @@ use std::time::Instant;
 use actix::Message;
 use tokio::sync::oneshot;
 
+use crate::cache::CacheMiss;
 use crate::error::{Error, ErrorKind};
 use crate::exit::InstanceExit;
 use crate::request::{InferRequest, Reply};
@@ -35,6 +36,8 @@ pub struct Pending {
     pub batch_size: usize,
     /// For a request of a sequence model: where its implicit state goes.
     pub sequence: Option<SequenceTicket>,
+    /// For a request that missed the response cache: where its answer goes.
+    pub cache: Option<CacheMiss>,
 }
 
 impl Pending {

@@ -20,6 +20,11 @@ impl Duration2 {
         self.count.fetch_add(1, Relaxed);
         self.ns.fetch_add(d.as_nanos() as u64, Relaxed);
     }
+    /// Adds time without counting one more (Triton adds a cache miss's insertion to the
+    /// request's duration after the request was counted).
+    pub fn add_ns(&self, d: Duration) {
+        self.ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
     pub fn get(&self) -> (u64, u64) {
         (self.count.load(Relaxed), self.ns.load(Relaxed))
     }
@@ -66,6 +71,10 @@ pub struct StatsSnapshot {
     pub compute_input: (u64, u64),
     pub compute_infer: (u64, u64),
     pub compute_output: (u64, u64),
+    /// Requests answered from the response cache, and the time their lookups took.
+    pub cache_hit: (u64, u64),
+    /// Requests that missed it, and the time of their lookups and insertions.
+    pub cache_miss: (u64, u64),
     pub failures: BTreeMap<&'static str, u64>,
     pub batches: BTreeMap<u64, BatchFigures>,
     pub pending: u64,
@@ -78,6 +87,10 @@ pub trait StatsObserver: Send + Sync {
     fn success(&self, times: &RequestTimes);
     /// The first response of a decoupled request, `since_received` after it arrived.
     fn first_response(&self, _since_received: Duration) {}
+    /// A request answered from the response cache: its queue time and its lookup.
+    fn cache_hit(&self, _queue: Duration, _lookup: Duration) {}
+    /// A request that missed the cache: its lookup and the insertion of its answer.
+    fn cache_miss(&self, _lookup_and_insert: Duration) {}
 }
 
 #[derive(Default)]
@@ -91,6 +104,8 @@ pub struct ModelStats {
     pub compute_input: Duration2,
     pub compute_infer: Duration2,
     pub compute_output: Duration2,
+    pub cache_hit: Duration2,
+    pub cache_miss: Duration2,
     /// Requests accepted and not yet answered.
     pub pending: AtomicU64,
     failures: Mutex<BTreeMap<FailureReason, u64>>,
@@ -163,6 +178,27 @@ impl ModelStats {
         let _ = self.observer.set(observer);
     }
 
+    /// A request answered from the response cache (Triton's `UpdateSuccessCacheHit`): a
+    /// success with its queue time, no compute, no inference and no execution counted.
+    pub fn record_cache_hit(&self, total: Duration, queue: Duration, lookup: Duration) {
+        self.success.add(total);
+        self.queue.add(queue);
+        self.cache_hit.add(lookup);
+        if let Some(o) = self.observer.get() {
+            o.cache_hit(queue, lookup);
+        }
+    }
+
+    /// A request that missed the cache and was answered by its model, which counted it; its
+    /// lookup and insertion add to its duration (Triton's `UpdateSuccessCacheMiss`).
+    pub fn record_cache_miss(&self, lookup_and_insert: Duration) {
+        self.success.add_ns(lookup_and_insert);
+        self.cache_miss.add(lookup_and_insert);
+        if let Some(o) = self.observer.get() {
+            o.cache_miss(lookup_and_insert);
+        }
+    }
+
     pub fn record_failure(&self, total: Duration, reason: FailureReason) {
         self.fail.add(total);
         *self.failures.lock().entry(reason).or_default() += 1;
@@ -190,6 +226,8 @@ impl ModelStats {
             compute_input: self.compute_input.get(),
             compute_infer: self.compute_infer.get(),
             compute_output: self.compute_output.get(),
+            cache_hit: self.cache_hit.get(),
+            cache_miss: self.cache_miss.get(),
             failures: self.failures.lock().iter().map(|(r, n)| (r.as_str(), *n)).collect(),
             batches: self.batches.lock().clone(),
             pending: self.pending.load(Relaxed),

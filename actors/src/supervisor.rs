@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
 use crate::instance::InstanceActor;
+use crate::limiter::Limits;
 use crate::policy::ModelPolicy;
 use crate::protocol::{Drain, InstanceDown, InstanceExited, InstanceMsg, InstanceReady, InstanceUp, Stop};
 use crate::scheduler::SchedulerAddr;
@@ -40,9 +41,12 @@ pub struct Supervisor {
     stopping: bool,
     /// For the restart backoff.
     clock: SharedClock,
+    /// The rate limiter and each instance's member id in it.
+    limits: Limits,
 }
 
 impl Supervisor {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         policy: Arc<ModelPolicy>,
         stats: Arc<ModelStats>,
@@ -51,6 +55,7 @@ impl Supervisor {
         scheduler: SchedulerAddr,
         loading: oneshot::Sender<Result<()>>,
         clock: SharedClock,
+        limits: Limits,
     ) -> Self {
         let members =
             (0..policy.instances.len()).map(|_| Member { generation: 0, alive: false, failed_starts: 0 }).collect();
@@ -64,6 +69,7 @@ impl Supervisor {
             loading: Some(loading),
             stopping: false,
             clock,
+            limits,
         }
     }
 
@@ -80,6 +86,7 @@ impl Supervisor {
             idle: self.scheduler.idle.clone(),
             ready: ctx.address().recipient(),
             exited: ctx.address().recipient(),
+            limiter: self.limits.as_ref().map(|(l, ids)| (l.clone(), ids[index])),
         }
         .spawn();
     }

@@ -196,6 +196,8 @@ mod tests {
             scheduler: SchedulerPolicy::Direct,
             decoupled: false,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            warmup: Vec::new(),
+            response_cache: false,
         }
     }
 

@@ -48,11 +48,14 @@ fn policy(instances: usize, dynamic: Option<DynamicBatchPolicy>) -> ModelPolicy 
                 kind: InstanceKind::Cpu,
                 device: None,
                 cpu_cores: Vec::new(),
+                rate_limiter: Default::default(),
             })
             .collect(),
         scheduler: dynamic.map(SchedulerPolicy::Dynamic).unwrap_or(SchedulerPolicy::Direct),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
+        warmup: Vec::new(),
+        response_cache: false,
     }
 }
 

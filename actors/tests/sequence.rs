@@ -54,6 +54,7 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
                 kind: InstanceKind::Cpu,
                 device: None,
                 cpu_cores: Vec::new(),
+                rate_limiter: Default::default(),
             })
             .collect(),
         scheduler: SchedulerPolicy::Sequence(SequencePolicy {
@@ -79,6 +80,8 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
         }),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
+        warmup: Vec::new(),
+        response_cache: false,
     }
 }
 

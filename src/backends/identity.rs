@@ -1,8 +1,10 @@
 //! `backend: "identity"`, as Triton's identity backend: output *i* is input *i* of the config,
 //! unchanged, after an optional `execute_delay_ms` parameter. Needs no model file; used for
 //! slow-model tests (graceful shutdown, queueing) and for measuring the server without compute.
-//! Two test aids, both off unless the config asks: `load_delay_ms` makes each instance take
-//! that long to load (as a large model would), and `echo_parameters_output: "<OUTPUT>"` fills
+//! Three test aids, all off unless the config asks: `load_delay_ms` makes each instance take
+//! that long to load (as a large model would), `first_execute_delay_ms` makes each instance's
+//! first execution take that long more (as a model whose first run compiles or allocates, which
+//! warmup is for), and `echo_parameters_output: "<OUTPUT>"` fills
 //! that BYTES output with the request's parameters as one JSON object (as Triton's parameter
 //! test models echo them), for checking what reaches a backend.
 
@@ -20,6 +22,7 @@ pub struct IdentityFactory {
     pairs: Vec<(String, String)>,
     delay: Duration,
     load_delay: Duration,
+    first_delay: Duration,
     /// The output that carries the request's parameters as JSON.
     echo: Option<String>,
 }
@@ -77,10 +80,13 @@ impl IdentityFactory {
         let delay_ms =
             crate::config::uint_parameter(&config.name, &config.parameters, "execute_delay_ms")?.unwrap_or(0);
         let load_ms = crate::config::uint_parameter(&config.name, &config.parameters, "load_delay_ms")?.unwrap_or(0);
+        let first_ms =
+            crate::config::uint_parameter(&config.name, &config.parameters, "first_execute_delay_ms")?.unwrap_or(0);
         Ok(IdentityFactory {
             pairs: config.input.iter().zip(outputs).map(|(i, o)| (i.name.clone(), o.name.clone())).collect(),
             delay: Duration::from_millis(delay_ms),
             load_delay: Duration::from_millis(load_ms),
+            first_delay: Duration::from_millis(first_ms),
             echo,
         })
     }
@@ -89,20 +95,28 @@ impl IdentityFactory {
 impl BackendFactory for IdentityFactory {
     fn create(&self, _instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
         std::thread::sleep(self.load_delay);
-        Ok(Box::new(Identity { pairs: self.pairs.clone(), delay: self.delay, echo: self.echo.clone() }))
+        Ok(Box::new(Identity {
+            pairs: self.pairs.clone(),
+            delay: self.delay,
+            first_delay: self.first_delay,
+            echo: self.echo.clone(),
+        }))
     }
 }
 
 struct Identity {
     pairs: Vec<(String, String)>,
     delay: Duration,
+    /// Taken once, by the instance's first execution.
+    first_delay: Duration,
     echo: Option<String>,
 }
 
 impl Backend for Identity {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
+        let delay = self.delay + std::mem::take(&mut self.first_delay);
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
         }
         let mut outputs = Vec::new();
         for (input, output) in &self.pairs {
@@ -154,6 +168,7 @@ mod tests {
             kind: InstanceKind::Cpu,
             device: None,
             cpu_cores: Vec::new(),
+            rate_limiter: Default::default(),
         };
         let mut b = f.create(&spec).unwrap();
         let t = Tensor::new("IN", DataType::F32, vec![1, 1], Bytes::from_static(&[0, 0, 128, 63]));

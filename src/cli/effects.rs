@@ -82,13 +82,16 @@ pub fn no_effect_notes(cli: &Cli) -> Vec<String> {
         "it applies only with --grpc-max-connection-age",
     );
     note(r.repoagent_directory.is_some(), "--repoagent-directory", "Tritium has no repository agents");
-    let no_cache = "Tritium has no response cache yet (issue 21); every request runs its model";
-    note(!r.cache_config.is_empty(), "--cache-config", no_cache);
-    note(r.cache_directory.is_some(), "--cache-directory", no_cache);
-    note(r.response_cache_byte_size.is_some(), "--response-cache-byte-size", no_cache);
-    let no_limiter = "Tritium has no rate limiter yet (issue 21); an instance runs as soon as it is free";
-    note(r.rate_limit == Some(RateLimitMode::ExecutionCount), "--rate-limit=execution_count", no_limiter);
-    note(!r.rate_limit_resource.is_empty(), "--rate-limit-resource", no_limiter);
+    note(
+        r.cache_directory.is_some(),
+        "--cache-directory",
+        "Tritium's one response cache, 'local', is built in: it loads no cache libraries",
+    );
+    note(
+        r.rate_limit != Some(RateLimitMode::ExecutionCount) && !r.rate_limit_resource.is_empty(),
+        "--rate-limit-resource",
+        "it applies only with --rate-limit=execution_count (the rate limiter is off)",
+    );
     note(r.pinned_memory_pool_byte_size.is_some(), "--pinned-memory-pool-byte-size", no_gpu_memory);
     note(!r.cuda_memory_pool_byte_size.is_empty(), "--cuda-memory-pool-byte-size", no_gpu_memory);
     note(!r.cuda_virtual_address_size.is_empty(), "--cuda-virtual-address-size", no_gpu_memory);
@@ -164,8 +167,8 @@ mod tests {
         let notes = no_effect_notes(&cli(&[
             "--pinned-memory-pool-byte-size=0",
             "--cuda-memory-pool-byte-size=0:1024",
-            "--cache-config=local,size=1048576",
-            "--rate-limit=execution_count",
+            "--cache-directory=/opt/tritonserver/caches",
+            "--rate-limit-resource=R:1",
             "--grpc-http2-max-ping-strikes=0",
             "--host-policy=cpu,numa-node=0",
         ]));
@@ -174,6 +177,7 @@ mod tests {
         assert!(
             notes[0].starts_with("--pinned-memory-pool-byte-size") || notes.iter().any(|n| n.starts_with("--pinned"))
         );
-        assert!(no_effect_notes(&cli(&["--rate-limit=off"])).is_empty(), "off is what Tritium does");
+        assert!(no_effect_notes(&cli(&["--rate-limit=off"])).is_empty());
+        assert!(no_effect_notes(&cli(&["--rate-limit=execution_count", "--rate-limit-resource=R:1"])).is_empty());
     }
 }

@@ -10,6 +10,7 @@ mod policy;
 mod sequence;
 mod text;
 mod validate;
+mod warmup;
 
 pub use json::{from_json, to_json};
 pub use normalize::normalize;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use tritium_actors::backend::{RateLimiterSpec, ResourceSpec};
 use tritium_actors::policy::DEFAULT_QUEUE_CAPACITY;
 use tritium_actors::{
     DynamicBatchPolicy, Error, InstanceKind, InstanceSpec, IoSpec, ModelPolicy, QueuePolicy, Result, SchedulerPolicy,
@@ -39,12 +40,31 @@ fn instances(config: &ModelConfig) -> Vec<InstanceSpec> {
         };
         let devices: Vec<Option<i32>> =
             if kind == InstanceKind::Gpu { group.gpus.iter().map(|g| Some(*g)).collect() } else { vec![None] };
+        let rate_limiter = group
+            .rate_limiter
+            .as_ref()
+            .map(|r| RateLimiterSpec {
+                resources: r
+                    .resources
+                    .iter()
+                    .map(|x| ResourceSpec { name: x.name.clone(), global: x.global, count: u64::from(x.count) })
+                    .collect(),
+                priority: r.priority,
+            })
+            .unwrap_or_default();
         let mut i = 0;
         for device in devices {
             for _ in 0..group.count.max(1) {
                 let name = format!("{}_{i}", group.name);
                 i += 1;
-                out.push(InstanceSpec { name, index: out.len(), kind, device, cpu_cores: Vec::new() });
+                out.push(InstanceSpec {
+                    name,
+                    index: out.len(),
+                    kind,
+                    device,
+                    cpu_cores: Vec::new(),
+                    rate_limiter: rate_limiter.clone(),
+                });
             }
         }
     }
@@ -153,6 +173,7 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
                     kind: InstanceKind::Cpu,
                     device: None,
                     cpu_cores: Vec::new(),
+                    rate_limiter: Default::default(),
                 })
                 .collect()
         } else {
@@ -161,6 +182,8 @@ pub fn to_policy(config: &ModelConfig, version: i64, model_dir: Option<&std::pat
         scheduler,
         decoupled: config.model_transaction_policy.as_ref().is_some_and(|t| t.decoupled),
         queue_capacity: DEFAULT_QUEUE_CAPACITY,
+        warmup: super::warmup::warmup_samples(config, model_dir)?,
+        response_cache: config.response_cache.as_ref().is_some_and(|c| c.enable),
     })
 }
 

@@ -159,6 +159,24 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
             return Err(invalid(config, format!("instance group '{}' has a negative GPU id", group.name)));
         }
     }
+    // Triton's own texts for these three.
+    if ensemble && !config.model_warmup.is_empty() {
+        return Err(Error::invalid(format!("model_warmup can not be specified for ensemble '{}'", config.name)));
+    }
+    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        if matches!(config.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_))) {
+            return Err(Error::invalid(format!(
+                "Response Cache does not currently support model {} with sequence batching scheduler. Please disable the response cache.",
+                config.name
+            )));
+        }
+        if config.model_transaction_policy.as_ref().is_some_and(|t| t.decoupled) {
+            return Err(Error::invalid(format!(
+                "Response Cache does not currently support model {} with 'decoupled' transaction policy. Please disable the response cache.",
+                config.name
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -219,7 +237,25 @@ mod tests {
             (format!(r#"{{"name":"m","backend":"onnxruntime","max_batch_size":4,{IO},"dynamic_batching":{{"preferred_batch_size":[8]}}}}"#), "preferred size 8"),
             (format!(r#"{{"name":"m","backend":"onnxruntime","max_batch_size":4,{IO},"dynamic_batching":{{"priority_levels":2,"default_priority_level":3}}}}"#), "default_priority_level"),
         ];
-        for (json, want) in cases {
+        let seq = r#""sequence_batching":{}"#;
+        let cached = r#""response_cache":{"enable":true}"#;
+        let more = [
+            (
+                r#"{"name":"e","platform":"ensemble","model_warmup":[{"name":"w","batch_size":1}],"ensemble_scheduling":{"step":[{"model_name":"m","model_version":-1}]}}"#.to_string(),
+                "model_warmup can not be specified for ensemble 'e'",
+            ),
+            (
+                format!(r#"{{"name":"m","backend":"onnxruntime",{IO},{seq},{cached}}}"#),
+                "Response Cache does not currently support model m with sequence batching scheduler",
+            ),
+            (
+                format!(
+                    r#"{{"name":"m","backend":"onnxruntime",{IO},"model_transaction_policy":{{"decoupled":true}},{cached}}}"#
+                ),
+                "Response Cache does not currently support model m with 'decoupled' transaction policy",
+            ),
+        ];
+        for (json, want) in cases.into_iter().chain(more) {
             let err = check(&json).unwrap_err();
             assert!(err.message.contains(want), "{json}: {}", err.message);
         }

@@ -6,7 +6,10 @@
 //!   observation per successful request, in microseconds, with quantiles over a rolling 60 s window (Triton's
 //!   prometheus-cpp default) and cumulative `_sum`/`_count`;
 //! - `summary_quantiles=0.5:0.05,0.9:0.01,...` sets the quantiles (the error half of each pair is accepted
-//!   and ignored: the exporter's sketch has its own error bound);
+//!   and ignored: the exporter's sketch has its own error bound); For a model whose answers are cached, as in
+//!   Triton, the request summary is left out and `nv_cache_hit_summary_per_model` (each hit's lookup) and
+//!   `nv_cache_miss_summary_per_model` (each miss's lookup and insertion) are added; a hit is observed in the
+//!   queue summary too;
 //! - `histogram_latencies=true` adds `nv_inference_first_response_histogram_ms` for decoupled models only,
 //!   buckets 100, 500, 2000, 5000 ms (Triton's defaults).
 //!
@@ -132,6 +135,14 @@ pub(super) fn describe() {
         "nv_inference_compute_output_summary_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)"
     );
+    describe_histogram!(
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit counts/durations per model, in microseconds."
+    );
+    describe_histogram!(
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss counts/durations per model, in microseconds."
+    );
 }
 
 /// A series' labels, in order.
@@ -166,11 +177,14 @@ impl FirstResponses {
 }
 
 struct Summaries {
-    request: Histogram,
+    /// None for a cached model (Triton leaves it out: a miss's duration grows after the fact).
+    request: Option<Histogram>,
     queue: Histogram,
     compute_input: Histogram,
     compute_infer: Histogram,
     compute_output: Histogram,
+    /// For a cached model: (hits, misses).
+    cache: Option<(Histogram, Histogram)>,
 }
 
 /// One model version's per-request latency families, recorded into the endpoint's recorder.
@@ -191,16 +205,23 @@ impl ModelLatency {
         model: &ModelKey,
         version: &str,
         decoupled: bool,
+        cached: bool,
         first_responses: &FirstResponses,
     ) -> Option<ModelLatency> {
         let labels =
             super::namespaced(&model.namespace, vec![("model", model.name.clone()), ("version", version.to_string())]);
         let summaries = config.summary_latencies.then(|| Summaries {
-            request: histogram!("nv_inference_request_summary_us", &labels),
+            request: (!cached).then(|| histogram!("nv_inference_request_summary_us", &labels)),
             queue: histogram!("nv_inference_queue_summary_us", &labels),
             compute_input: histogram!("nv_inference_compute_input_summary_us", &labels),
             compute_infer: histogram!("nv_inference_compute_infer_summary_us", &labels),
             compute_output: histogram!("nv_inference_compute_output_summary_us", &labels),
+            cache: cached.then(|| {
+                (
+                    histogram!("nv_cache_hit_summary_per_model", &labels),
+                    histogram!("nv_cache_miss_summary_per_model", &labels),
+                )
+            }),
         });
         let first_response = (config.histogram_latencies && decoupled).then(|| first_responses.series(labels.clone()));
         if summaries.is_none() && first_response.is_none() {
@@ -214,11 +235,30 @@ impl StatsObserver for ModelLatency {
     /// One successful request (what `ModelStats::record_success` counts).
     fn success(&self, t: &RequestTimes) {
         if let Some(s) = &self.summaries {
-            s.request.record(us(t.total));
+            if let Some(request) = &s.request {
+                request.record(us(t.total));
+            }
             s.queue.record(us(t.queue));
             s.compute_input.record(us(t.compute_input));
             s.compute_infer.record(us(t.compute_infer));
             s.compute_output.record(us(t.compute_output));
+        }
+    }
+
+    /// A request answered from the response cache.
+    fn cache_hit(&self, queue: Duration, lookup: Duration) {
+        if let Some(s) = &self.summaries {
+            s.queue.record(us(queue));
+            if let Some((hits, _)) = &s.cache {
+                hits.record(us(lookup));
+            }
+        }
+    }
+
+    /// A request that missed the cache: its lookup and insertion.
+    fn cache_miss(&self, lookup_and_insert: Duration) {
+        if let Some((_, misses)) = self.summaries.as_ref().and_then(|s| s.cache.as_ref()) {
+            misses.record(us(lookup_and_insert));
         }
     }
 
@@ -255,14 +295,14 @@ mod tests {
     fn records_only_what_is_asked() {
         let m = ModelKey::new("", "m");
         let off = MetricsConfig::default();
-        assert!(ModelLatency::new(&off, &m, "1", true, &FirstResponses::default()).is_none());
+        assert!(ModelLatency::new(&off, &m, "1", true, false, &FirstResponses::default()).is_none());
         let hist = MetricsConfig { histogram_latencies: true, ..Default::default() };
         assert!(
-            ModelLatency::new(&hist, &m, "1", false, &FirstResponses::default()).is_none(),
+            ModelLatency::new(&hist, &m, "1", false, false, &FirstResponses::default()).is_none(),
             "first-response histogram is for decoupled models only"
         );
-        assert!(ModelLatency::new(&hist, &m, "1", true, &FirstResponses::default()).is_some());
+        assert!(ModelLatency::new(&hist, &m, "1", true, false, &FirstResponses::default()).is_some());
         let sum = MetricsConfig { summary_latencies: true, ..Default::default() };
-        assert!(ModelLatency::new(&sum, &m, "1", false, &FirstResponses::default()).is_some());
+        assert!(ModelLatency::new(&sum, &m, "1", false, false, &FirstResponses::default()).is_some());
     }
 }

@@ -57,6 +57,13 @@ fn describe() {
         "nv_inference_compute_output_duration_us",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)"
     );
+    describe_counter!("nv_cache_num_hits_per_model", "Number of cache hits per model");
+    describe_counter!("nv_cache_num_misses_per_model", "Number of cache misses per model");
+    describe_counter!("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds");
+    describe_counter!(
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds"
+    );
     describe_gauge!("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes");
     describe_gauge!("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes");
     describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
@@ -152,6 +159,13 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
             counter!("nv_inference_compute_input_duration_us", &labels).absolute(us(s.compute_input));
             counter!("nv_inference_compute_infer_duration_us", &labels).absolute(us(s.compute_infer));
             counter!("nv_inference_compute_output_duration_us", &labels).absolute(us(s.compute_output));
+            // Triton makes these only for a model whose answers are cached.
+            if model.handle.caches() {
+                counter!("nv_cache_num_hits_per_model", &labels).absolute(s.cache_hit.0);
+                counter!("nv_cache_num_misses_per_model", &labels).absolute(s.cache_miss.0);
+                counter!("nv_cache_hit_duration_per_model", &labels).absolute(us(s.cache_hit));
+                counter!("nv_cache_miss_duration_per_model", &labels).absolute(us(s.cache_miss));
+            }
         }
 
         gauge!("tritium_scheduler_queue_length", &labels).set(f.scheduler.queue_len as f64);
@@ -257,11 +271,41 @@ fn histograms(router: &Router, out: &mut String) {
 }
 
 /// One scrape's text: the families rebuilt from the statistics, then the per-request ones.
-fn render(router: &Router, host: &system::HostFigures, config: &MetricsConfig, latency: &Latency) -> String {
+/// The response cache's own gauges, as Triton 2.51 serves them when a cache is configured.
+fn cache_gauges(cache: &tritium_actors::cache::ResponseCache) {
+    describe_gauge!("nv_cache_util", "Cache utilization [0.0 - 1.0]");
+    describe_gauge!("nv_cache_num_entries", "Number of responses stored in response cache");
+    describe_gauge!("nv_cache_num_hits", "Number of cache hits in response cache");
+    describe_gauge!("nv_cache_num_misses", "Number of cache misses in response cache");
+    describe_gauge!("nv_cache_num_lookups", "Number of cache lookups in response cache");
+    describe_gauge!("nv_cache_num_evictions", "Number of cache evictions in response cache");
+    describe_gauge!("nv_cache_lookup_duration", "Total cache lookup duration (hit and miss), in microseconds");
+    describe_gauge!("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds");
+    let c = cache.snapshot();
+    gauge!("nv_cache_util").set(c.used_bytes as f64 / c.size_bytes.max(1) as f64);
+    gauge!("nv_cache_num_entries").set(c.entries as f64);
+    gauge!("nv_cache_num_hits").set(c.hits as f64);
+    gauge!("nv_cache_num_misses").set((c.lookups - c.hits) as f64);
+    gauge!("nv_cache_num_lookups").set(c.lookups as f64);
+    gauge!("nv_cache_num_evictions").set(c.evictions as f64);
+    gauge!("nv_cache_lookup_duration").set((c.lookup_ns / 1000) as f64);
+    gauge!("nv_cache_insertion_duration").set((c.insertion_ns / 1000) as f64);
+}
+
+fn render(
+    repository: &RepositoryManager,
+    host: &system::HostFigures,
+    config: &MetricsConfig,
+    latency: &Latency,
+) -> String {
+    let router = repository.router();
     let recorder = PrometheusBuilder::new().build_recorder();
     metrics::with_local_recorder(&recorder, || {
         describe();
         refresh(router, host, config);
+        if let Some(cache) = &repository.shared().cache {
+            cache_gauges(cache);
+        }
     });
     let mut text = recorder.handle().render();
     histograms(router, &mut text);
@@ -298,7 +342,7 @@ struct State {
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
-    let text = render(state.repository.router(), &state.host, &state.config, &state.latency);
+    let text = render(&state.repository, &state.host, &state.config, &state.latency);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
@@ -346,8 +390,8 @@ pub fn serve_with(
     let latency = Latency { recorder: install_latency_recorder(&config)?, first_responses: Arc::default() };
     // Each model version loaded from now on reports its requests to its latency families.
     let (families, first_responses) = (config.clone(), latency.first_responses.clone());
-    repository.observe_loads(Box::new(move |model: &ModelKey, version: i64, decoupled: bool| {
-        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled, &first_responses)
+    repository.observe_loads(Box::new(move |model: &ModelKey, version: i64, decoupled: bool, cached: bool| {
+        latency::ModelLatency::new(&families, model, &version.to_string(), decoupled, cached, &first_responses)
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
@@ -387,7 +431,7 @@ mod tests {
         let first_responses = latency::FirstResponses::default();
         metrics::with_local_recorder(&recorder, || {
             latency::describe();
-            let m = ModelLatency::new(&config, &ModelKey::new("", "m"), "1", true, &first_responses).unwrap();
+            let m = ModelLatency::new(&config, &ModelKey::new("", "m"), "1", true, false, &first_responses).unwrap();
             let t = |us: u64| Duration::from_micros(us);
             for i in 1..=4u64 {
                 m.success(&RequestTimes {

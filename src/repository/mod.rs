@@ -94,6 +94,8 @@ pub struct RepositoryOptions {
     pub host_cores: BTreeMap<String, Vec<usize>>,
     /// `--model-namespacing`: each repository is a namespace of its own.
     pub namespacing: bool,
+    /// What every loaded model shares: the response cache (`--cache-config`).
+    pub shared: tritium_actors::Shared,
 }
 
 impl Default for RepositoryOptions {
@@ -109,6 +111,7 @@ impl Default for RepositoryOptions {
             load_retries: 0,
             host_cores: BTreeMap::new(),
             namespacing: false,
+            shared: tritium_actors::Shared::default(),
         }
     }
 }
@@ -131,8 +134,8 @@ pub struct RepositoryManager {
 }
 
 /// Makes the observer a loaded model version reports each request to, if it needs one:
-/// (model, version, decoupled).
-pub type ObserverFactory = Box<dyn Fn(&ModelKey, i64, bool) -> Option<Box<dyn StatsObserver>> + Send + Sync>;
+/// (model, version, decoupled, its answers are cached).
+pub type ObserverFactory = Box<dyn Fn(&ModelKey, i64, bool, bool) -> Option<Box<dyn StatsObserver>> + Send + Sync>;
 
 impl RepositoryManager {
     pub fn new(opts: RepositoryOptions, engine: ArbiterHandle) -> Self {
@@ -157,10 +160,15 @@ impl RepositoryManager {
 
     /// Hands a freshly loaded version's requests to its observer, when it has one.
     fn observed(&self, handle: ModelHandle, key: &ModelKey, version: i64, decoupled: bool) -> ModelHandle {
-        if let Some(observer) = self.observers.get().and_then(|make| make(key, version, decoupled)) {
+        if let Some(observer) = self.observers.get().and_then(|make| make(key, version, decoupled, handle.caches())) {
             handle.stats.set_observer(observer);
         }
         handle
+    }
+
+    /// What every loaded model shares (the response cache, the rate limiter).
+    pub fn shared(&self) -> &tritium_actors::Shared {
+        &self.opts.shared
     }
 
     pub fn router(&self) -> &Router {
@@ -432,7 +440,26 @@ impl RepositoryManager {
                 r.versions.entry(version).or_insert((ModelState::Loading, String::new()));
             });
             let decoupled = policy.decoupled;
-            match ModelHandle::load(&self.engine, policy, factory).await {
+            if policy.response_cache && self.opts.shared.cache.is_none() {
+                // Triton serves such a model uncached without a word; say so once per load.
+                tracing::warn!(
+                    "model '{key}' version {version}: response_cache is enabled in its config, but the server has no response cache (start it with --cache-config local,size=<bytes>); its requests are not cached"
+                );
+            }
+            if self.opts.shared.limiter.is_none() {
+                for group in prepared.config.instance_group.iter().filter(|g| g.rate_limiter.is_some()) {
+                    tracing::warn!(
+                        "model '{key}': instance_group '{}' sets rate_limiter, which has no effect while the rate limiter is off (start the server with --rate-limit=execution_count)",
+                        group.name
+                    );
+                }
+            }
+            // An ensemble's instances only wait for its steps, which the limiter governs.
+            let shared = match &prepared.graph {
+                Some(_) => tritium_actors::Shared { limiter: None, ..self.opts.shared.clone() },
+                None => self.opts.shared.clone(),
+            };
+            match ModelHandle::load_shared(&self.engine, policy, factory, &shared).await {
                 Ok(handle) => started.push((
                     version,
                     Arc::new(LoadedModel {

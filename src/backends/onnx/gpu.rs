@@ -89,8 +89,14 @@ mod tests {
         )
         .unwrap();
         assert!(OnnxGpu::from_config(&bad).unwrap_err().to_string().contains("unknown GPU execution accelerator"));
-        let cpu =
-            InstanceSpec { name: "m_0".into(), index: 0, kind: InstanceKind::Cpu, device: None, cpu_cores: vec![] };
+        let cpu = InstanceSpec {
+            name: "m_0".into(),
+            index: 0,
+            kind: InstanceKind::Cpu,
+            device: None,
+            cpu_cores: vec![],
+            rate_limiter: Default::default(),
+        };
         assert!(OnnxGpu::default().providers("m", &cpu).unwrap().is_empty());
     }
 }

@@ -358,6 +358,7 @@ mod tests {
             kind: tritium_actors::InstanceKind::Cpu,
             device: None,
             cpu_cores: Vec::new(),
+            rate_limiter: Default::default(),
         };
         let mut backend = factory.create(&spec).unwrap();
         let shape = inputs[0].shape.iter().map(|d| if *d < 0 { 1 } else { *d }).collect::<Vec<_>>();

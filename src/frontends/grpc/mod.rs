@@ -106,8 +106,8 @@ fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
             compute_input: duration(s.compute_input),
             compute_infer: duration(s.compute_infer),
             compute_output: duration(s.compute_output),
-            cache_hit: duration((0, 0)),
-            cache_miss: duration((0, 0)),
+            cache_hit: duration(s.cache_hit),
+            cache_miss: duration(s.cache_miss),
         }),
         batch_stats: s
             .batches
