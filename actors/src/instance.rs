@@ -79,20 +79,13 @@ fn pin_to(cores: &[usize], instance: &str) {
     if cores.is_empty() {
         return;
     }
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET only writes inside it (cores past
-    // CPU_SETSIZE are skipped), and sched_setaffinity(0, ...) reads it for the calling thread.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        tracing::warn!(
-            "instance '{instance}': cannot pin its thread to cores {cores:?}: {}",
-            std::io::Error::last_os_error()
-        );
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cores.iter().filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU) {
+        set.set(c);
+    }
+    let pinned = rustix::thread::sched_setaffinity(None, &set);
+    if let Err(e) = pinned {
+        tracing::warn!("instance '{instance}': cannot pin its thread to cores {cores:?}: {e}");
     } else {
         tracing::info!("instance '{instance}' runs on cores {cores:?}");
     }
