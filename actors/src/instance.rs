@@ -282,6 +282,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             batch_size: p.batch_size as u64,
         });
         stats.pending.fetch_sub(1, Relaxed);
+        stats.responses.first.record_us(p.request.received.elapsed());
         let mut response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
         response.times = Some(times);
         p.reply.send(Ok(response));
@@ -301,12 +302,24 @@ fn execute_decoupled(
     let stats = &env.stats;
     // Decoupled models run one request at a time (the batcher never merges them).
     let p = live.into_iter().next().expect("a live request");
-    let mut first_sent = false;
-    let mut emit = |outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
-        if !first_sent {
-            first_sent = true;
-            stats.record_first_response(p.request.received.elapsed());
+    let mut last_sent: Option<Instant> = None;
+    let mut emit = |mut outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
+        // A response that carries the state outputs sets the sequence's next state (kept before
+        // the response goes out, as for a non-decoupled model): a decoupled sequence model sends
+        // its state with its last response of the turn.
+        if let Some(ticket) = &p.sequence {
+            ticket.absorb(&mut outputs);
         }
+        let now = Instant::now();
+        match last_sent {
+            None => {
+                let since = now.saturating_duration_since(p.request.received);
+                stats.record_first_response(since);
+                stats.responses.first.record_us(since);
+            }
+            Some(last) => stats.responses.between.record_us(now.saturating_duration_since(last)),
+        }
+        last_sent = Some(now);
         p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))
     };
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
@@ -324,8 +337,9 @@ fn execute_decoupled(
                 batch_size: p.batch_size as u64,
             });
             stats.pending.fetch_sub(1, Relaxed);
-            if !first_sent {
+            if last_sent.is_none() {
                 stats.record_first_response(p.request.received.elapsed());
+                stats.responses.first.record_us(p.request.received.elapsed());
             }
             if let Some(trace) = &p.request.trace {
                 trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);

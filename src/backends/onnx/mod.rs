@@ -134,6 +134,11 @@ fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
     }
 }
 
+/// A CPU session of `file` (for backends that drive ONNX Runtime themselves, as `llm`).
+pub(crate) fn open_cpu(file: &Path, options: &OnnxOptions) -> Result<Session> {
+    open(file, options, Vec::new())
+}
+
 /// Reads the inputs and outputs an ONNX file declares (for config auto-complete).
 pub fn inspect(file: &Path) -> Result<(Vec<OnnxIo>, Vec<OnnxIo>)> {
     let options = OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), ..OnnxOptions::default() };
