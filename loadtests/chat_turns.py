@@ -3,7 +3,7 @@
 of turn k (k = 1..K) when the conversation has an id (X-Conversation-Id: the engine keeps the
 KV cache, so turn k runs only its new tokens) against the same request without an id (the model
 runs the whole history again). Both send the whole history, as OpenAI clients do; each turn adds
-a user message of about 60 tokens and a greedy reply of --max-tokens tokens. The two modes run
+a user message of about 60 tokens (with its template) and a greedy reply of --max-tokens tokens. The two modes run
 interleaved, turn by turn, on the same messages, for --conversations conversations; the table
 gives each k's median. Every reply of the two modes must be the same text (the cache changes
 nothing in the answer), and the cached turn must report the history as cached tokens.
@@ -24,7 +24,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-USER = "Tell me more about turn {k} of conversation {c}, please, in a few words."
+USER = "Turn {k} of conversation {c}: and then what happened? Briefly."
 
 
 def chat(base, messages, max_tokens, conversation=None):

@@ -168,3 +168,52 @@ def test_grpc_stream_clients_get_the_same_decoding(server, reference):
     assert got == want and last.as_numpy("cached_tokens")[0] == cached > 0
     client.stop_stream()
     client.close()
+
+
+def metric(text, family, model):
+    """The value of `family`'s series for `model` (the first one that matches)."""
+    import re
+
+    m = re.search(rf'^{family}\{{[^}}]*model="{model}"[^}}]*\}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_streaming_figures_per_model(server):
+    """Time to first response and between responses (histograms), and the requests in flight."""
+    import threading
+
+    url = server.metrics_url
+    before = requests.get(url, timeout=5).text
+    first0 = metric(before, "tritium_time_to_first_response_us_count", "repeat_int32") or 0
+    gaps0 = metric(before, "tritium_inter_response_us_count", "repeat_int32") or 0
+    # Three responses 300 ms apart: in flight all the while.
+    done = threading.Event()
+
+    def slow():
+        post(server, "repeat_int32", "generate_stream", {"IN": [1, 2, 3], "DELAY": [300, 300, 300]})
+        done.set()
+
+    threading.Thread(target=slow).start()
+    from helpers import wait_until
+
+    wait_until(lambda: metric(requests.get(url, timeout=5).text, "tritium_inference_in_flight", "repeat_int32") == 1,
+               what="the request in flight")
+    assert done.wait(10)
+    wait_until(lambda: metric(requests.get(url, timeout=5).text, "tritium_inference_in_flight", "repeat_int32") == 0,
+               what="no request in flight")
+    after = requests.get(url, timeout=5).text
+    assert metric(after, "tritium_time_to_first_response_us_count", "repeat_int32") == first0 + 1
+    assert metric(after, "tritium_inter_response_us_count", "repeat_int32") == gaps0 + 2
+    # Both gaps were about 300 ms: none under 250 ms, both under 500 ms.
+    assert metric(after, "tritium_inter_response_us_bucket", "repeat_int32") is not None
+    import re
+
+    buckets = {float(le): float(v) for le, v in re.findall(
+        r'^tritium_inter_response_us_bucket\{[^}]*model="repeat_int32"[^}]*le="([^"]+)"\} (\S+)$', after, re.M)
+        if le != "+Inf"}
+    assert buckets[250000.0] == gaps0 and buckets[500000.0] == gaps0 + 2, buckets
+    # A non-decoupled model has the first-response histogram and no gaps.
+    post(server, "add_sub", "generate", {"INPUT0": [1.0] * 16, "INPUT1": [1.0] * 16})
+    text = requests.get(url, timeout=5).text
+    assert metric(text, "tritium_time_to_first_response_us_count", "add_sub") >= 1
+    assert metric(text, "tritium_inter_response_us_count", "add_sub") is None

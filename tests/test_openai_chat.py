@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from chat_reference import Reference, render
+from helpers import wait_until
 
 MODEL = "tiny_chat"
 
@@ -182,6 +183,9 @@ def test_an_evicted_conversation_is_gone_until_started_again(start_server, repo_
                                        extra_headers={"X-Conversation-Id": "A"})
     client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "second one " * 4}], max_tokens=30,
                                    temperature=0, extra_headers={"X-Conversation-Id": "B"})
+    # The eviction happens once B's turn has finished in the engine, just after its answer left.
+    evicted = re.compile(r'tritium_sequence_evictions_total\{[^}]*model="tiny_chat"[^}]*\} [1-9]')
+    wait_until(lambda: evicted.search(requests.get(srv.metrics_url, timeout=5).text), what="the eviction")
     follow = first + [{"role": "assistant", "content": a.choices[0].message.content}, {"role": "user", "content": "more"}]
     with pytest.raises(openai.APIStatusError) as e:
         client.chat.completions.create(model=MODEL, messages=follow, max_tokens=5, extra_headers={"X-Conversation-Id": "A"})
@@ -192,5 +196,3 @@ def test_an_evicted_conversation_is_gone_until_started_again(start_server, repo_
     r = client.chat.completions.create(model=MODEL, messages=first, max_tokens=5, temperature=0,
                                        extra_headers={"X-Conversation-Id": "A"})
     assert r.choices[0].finish_reason == "length"
-    metrics = requests.get(srv.metrics_url, timeout=5).text
-    assert re.search(r'tritium_sequence_evictions_total\{[^}]*model="tiny_chat"[^}]*\} [1-9]', metrics), metrics[-2000:]

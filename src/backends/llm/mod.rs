@@ -242,11 +242,9 @@ impl Cache {
                 "the llm backend's state must be '{PAST_KV}' FP32 with the sequence on axis {axis} and '{PAST_IDS}' INT64"
             )));
         }
-        let ids: Vec<i64> =
-            ids.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        let ids: Vec<i64> = onnx::le_vec(&ids.data);
         let mut shape = kv.shape.clone();
-        let kv: Vec<f32> =
-            kv.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        let kv: Vec<f32> = onnx::le_vec(&kv.data);
         if shape[axis] as usize != ids.len() {
             // A state that does not cover its tokens (never written by this backend): start over.
             shape[axis] = 0;
@@ -332,7 +330,9 @@ impl Backend for Llm {
             Some(c) => c,
             None => Cache { ids: Vec::new(), shape: empty_kv_shape(&self.session, limits.kv_axis)?, kv: Vec::new() },
         };
-        let keep_state = find(&batch, PAST_KV).is_some();
+        // The state goes back to the engine unless the sequence ends here (a one-off request).
+        let ends = batch.request.and_then(|r| r.sequence.as_ref()).is_some_and(|s| s.end);
+        let keep_state = find(&batch, PAST_KV).is_some() && !ends;
         // Reuse what the cache shares with the prompt; at least the prompt's last token runs.
         let common = cache.ids.iter().zip(&prompt).take(prompt.len() - 1).take_while(|(a, b)| a == b).count();
         cache.truncate(common, limits.kv_axis);
@@ -386,10 +386,8 @@ impl Backend for Llm {
         ];
         if keep_state {
             let (shape, kv) = present.try_extract_tensor::<f32>().map_err(err)?;
-            let kv_bytes: Vec<u8> = kv.iter().flat_map(|v| v.to_le_bytes()).collect();
-            outputs.push(Tensor::new(PRESENT_KV, DataType::F32, shape.to_vec(), Bytes::from(kv_bytes)));
-            let id_bytes: Vec<u8> = fed.iter().flat_map(|v| v.to_le_bytes()).collect();
-            outputs.push(Tensor::new(PRESENT_IDS, DataType::I64, vec![fed.len() as i64], Bytes::from(id_bytes)));
+            outputs.push(Tensor::new(PRESENT_KV, DataType::F32, shape.to_vec(), onnx::le_bytes(kv)));
+            outputs.push(Tensor::new(PRESENT_IDS, DataType::I64, vec![fed.len() as i64], onnx::le_bytes(&fed)));
         }
         outputs.retain(|t| batch.outputs.is_empty() || batch.outputs.contains(&t.name));
         emit(outputs)

@@ -103,7 +103,7 @@ mod tests {
             assert!(alphabet.contains(&c));
             pairs.push((b, c));
         }
-        let vocab = pairs.iter().map(|(b, c)| (c.to_string(), u32::from(*b))).collect();
+        let vocab: tokenizers::models::bpe::Vocab = pairs.iter().map(|(b, c)| (c.to_string(), u32::from(*b))).collect();
         let bpe = BPE::builder().vocab_and_merges(vocab, vec![]).build().unwrap();
         let mut t = Tokenizer::new(bpe);
         t.with_pre_tokenizer(Some(ByteLevel::new(false, false, false)));
