@@ -2,7 +2,7 @@
 //! ConvertGenerateRequest`): each top-level JSON field whose name is a model input becomes that
 //! input, shaped from the model's metadata (fixed dims take their share of the elements, the
 //! innermost `-1` the rest, other `-1`s one); every other field becomes a request parameter
-//! (string, integer or boolean only); `parameters` is a nested object mapped by the same rule.
+//! (string, number or boolean); `parameters` is a nested object mapped by the same rule.
 //! `id` is the request id (and, as in Triton, also a parameter). Tritium then applies the
 //! parameters Triton gives a meaning to in infer requests (`sequence_id`, `sequence_start`,
 //! `sequence_end`, `priority`, `timeout`), so a generate request can drive a sequence model.
@@ -110,12 +110,14 @@ impl Mapping<'_> {
     }
 }
 
-/// Triton's `SetTritonParameterFromJsonParameter`: strings, integers and booleans only.
+/// Triton's `SetTritonParameterFromJsonParameter`: strings, integers, booleans and (as Triton
+/// 2.51 takes them) other numbers as doubles; a list or an object is refused with its words.
 fn parameter(name: &str, value: &Value) -> Result<ParamValue> {
     match value {
         Value::String(s) => Ok(ParamValue::Str(s.clone())),
         Value::Bool(b) => Ok(ParamValue::Bool(*b)),
         Value::Number(n) if n.is_i64() => Ok(ParamValue::Int(n.as_i64().expect("is_i64"))),
+        Value::Number(n) => Ok(ParamValue::Double(n.as_f64().unwrap_or(f64::NAN))),
         _ => Err(Error::invalid(format!(
             "parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'."
         ))),
@@ -250,7 +252,7 @@ mod tests {
         let err = |body: &str| decode("m", None, &p, body.as_bytes(), 64).unwrap_err().message;
         assert!(err(r#"{"PROMPT": 1}"#).contains("attempt to access JSON non-string as string"));
         assert!(err(r#"{"STREAM": "no"}"#).contains("attempt to access JSON non-boolean as boolean"));
-        assert!(err(r#"{"x": 1.5}"#).contains("parameter 'x' has invalid type"));
+        assert!(err(r#"{"x": [1]}"#).contains("parameter 'x' has invalid type"));
         assert!(err(r#"{"parameters": 1}"#).contains("Expected JSON object for keyword: 'parameters'"));
         assert!(err(r#"{"parameters": {"nested": {"a": 1}}}"#)
             .contains("Converting keyword: 'parameters': parameter 'nested' has invalid type."));
