@@ -412,3 +412,61 @@ fn empty_kv_shape(session: &Session, axis: usize) -> Result<Vec<i64>> {
         other => Err(Error::invalid(format!("input '{PAST_KV}' is a {other:?}, not a tensor"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits { max_context: 64, max_tokens_limit: 16, default_max_tokens: 8, end_token: 3, kv_axis: 1 }
+    }
+
+    fn batch_of(inputs: &[Tensor]) -> BatchInput<'_> {
+        BatchInput { inputs, outputs: &[], batch_size: 1, request: None, requests: &[] }
+    }
+
+    fn text(s: &str) -> Tensor {
+        bytes_output("text_input", s)
+    }
+
+    #[test]
+    fn a_turn_reads_its_settings_with_defaults_and_limits() {
+        let inputs = [text("hi")];
+        let t = Turn::read(&batch_of(&inputs), &limits()).unwrap();
+        assert_eq!((t.prompt.as_str(), t.max_tokens, t.stream), ("hi", 8, false));
+        assert_eq!(t.sampling, Sampling { temperature: 1.0, top_p: 1.0 });
+        let over = [text("hi"), int_output("max_tokens", 17)];
+        let e = Turn::read(&batch_of(&over), &limits()).err().unwrap();
+        assert!(e.message.contains("max_tokens must be between 1 and 16"), "{e}");
+        let hot = [
+            text("hi"),
+            Tensor::new("temperature", DataType::F32, vec![1], Bytes::copy_from_slice(&3f32.to_le_bytes())),
+        ];
+        assert!(Turn::read(&batch_of(&hot), &limits()).is_err());
+        assert!(Turn::read(&batch_of(&[]), &limits()).err().unwrap().message.contains("text_input"));
+    }
+
+    #[test]
+    fn the_cache_keeps_the_first_tokens_of_every_block() {
+        // Two blocks (axis 0), four tokens (axis 1) of two values each.
+        let kv: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        let mut c = Cache { ids: vec![10, 11, 12, 13], shape: vec![2, 4, 2], kv };
+        c.truncate(2, 1);
+        assert_eq!(c.shape, vec![2, 2, 2]);
+        assert_eq!(c.ids, vec![10, 11]);
+        assert_eq!(c.kv, vec![0.0, 1.0, 2.0, 3.0, 8.0, 9.0, 10.0, 11.0]);
+        c.truncate(5, 1);
+        assert_eq!(c.shape, vec![2, 2, 2], "keeping more than it holds changes nothing");
+    }
+
+    #[test]
+    fn a_state_that_does_not_cover_its_tokens_starts_over() {
+        let inputs = [
+            Tensor::new(PAST_KV, DataType::F32, vec![1, 2, 1], onnx::le_bytes(&[1f32, 2.0])),
+            Tensor::new(PAST_IDS, DataType::I64, vec![3], onnx::le_bytes(&[1i64, 2, 3])),
+        ];
+        let c = Cache::from_state(&batch_of(&inputs), 1).unwrap().unwrap();
+        assert_eq!((c.ids.len(), c.shape.clone()), (0, vec![1, 0, 1]));
+        assert!(Cache::from_state(&batch_of(&[]), 1).unwrap().is_none(), "no state: a model without sequences");
+    }
+}
