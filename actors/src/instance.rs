@@ -302,6 +302,7 @@ fn execute_decoupled(
     let stats = &env.stats;
     // Decoupled models run one request at a time (the batcher never merges them).
     let p = live.into_iter().next().expect("a live request");
+    let mut first_sent = false;
     let mut last_sent: Option<Instant> = None;
     let mut emit = |mut outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
         // A response that carries the state outputs sets the sequence's next state (kept before
@@ -311,16 +312,18 @@ fn execute_decoupled(
             ticket.absorb(&mut outputs);
         }
         let now = Instant::now();
+        if !first_sent {
+            first_sent = true;
+            stats.record_first_response(now.saturating_duration_since(p.request.received));
+        }
+        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))?;
+        // Only responses that went out count in the response timing.
         match last_sent {
-            None => {
-                let since = now.saturating_duration_since(p.request.received);
-                stats.record_first_response(since);
-                stats.responses.first.record_us(since);
-            }
+            None => stats.responses.first.record_us(now.saturating_duration_since(p.request.received)),
             Some(last) => stats.responses.between.record_us(now.saturating_duration_since(last)),
         }
         last_sent = Some(now);
-        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))
+        Ok(())
     };
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
     let infer_end = Instant::now();
@@ -337,8 +340,11 @@ fn execute_decoupled(
                 batch_size: p.batch_size as u64,
             });
             stats.pending.fetch_sub(1, Relaxed);
-            if last_sent.is_none() {
+            if !first_sent {
                 stats.record_first_response(p.request.received.elapsed());
+            }
+            if last_sent.is_none() && !p.reply.is_closed() {
+                // The final flag is the request's first (and only) response.
                 stats.responses.first.record_us(p.request.received.elapsed());
             }
             if let Some(trace) = &p.request.trace {
