@@ -196,3 +196,22 @@ def test_an_evicted_conversation_is_gone_until_started_again(start_server, repo_
     r = client.chat.completions.create(model=MODEL, messages=first, max_tokens=5, temperature=0,
                                        extra_headers={"X-Conversation-Id": "A"})
     assert r.choices[0].finish_reason == "length"
+
+
+def test_concurrent_conversations_keep_to_their_own_history(client, reference):
+    """Four conversations at once, interleaved turn by turn in the engine: every reply is the
+    one the reference gives for that conversation's own history and cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(n):
+        try:
+            conversation_turns(client, reference, f"parallel-{n}", [f"I am conversation {n}.", "What did I say?",
+                                                                   f"Number {n * 7}!"], stream=n % 2 == 0)
+            return None
+        except AssertionError as e:
+            return f"conversation {n}: {e}"
+
+    # The reference's onnxruntime session may run from several threads at once.
+    with ThreadPoolExecutor(4) as pool:
+        failures = [f for f in pool.map(run, range(4)) if f]
+    assert not failures, failures
