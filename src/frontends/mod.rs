@@ -4,9 +4,11 @@
 pub mod binary_mime;
 pub mod classification;
 pub mod forward;
+pub mod generate;
 pub mod grpc;
 pub mod http;
 pub mod listen;
+pub mod openai;
 pub mod params;
 pub mod request_log;
 pub mod restricted;
