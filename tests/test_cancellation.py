@@ -54,7 +54,12 @@ def test_grpc_deadline_that_passes_in_the_queue_drops_the_request(srv):
         started = time.monotonic()
         with pytest.raises(InferenceServerException) as info:
             client.infer("slow", [inp], client_timeout=0.3)
-        assert "Deadline" in str(info.value) or "DEADLINE" in str(info.value.status()), info.value
+        # The client's own deadline (DEADLINE_EXCEEDED) usually fires first; on a loaded machine
+        # the server's can answer first, and tonic answers an expired grpc-timeout with
+        # CANCELLED "Timeout expired" where gRPC core says DEADLINE_EXCEEDED.
+        status = str(info.value.status())
+        assert "DEADLINE_EXCEEDED" in status or ("CANCELLED" in status and "Timeout expired" in str(info.value)), \
+            info.value
         assert time.monotonic() - started < 1.2, "the deadline fired before the busy instance freed"
         # The expired request never runs: once the busy one is done, one execution in all.
         assert b"200 OK" in busy.recv(4096)
