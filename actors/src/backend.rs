@@ -49,6 +49,18 @@ pub trait Backend: Send {
     /// Runs a batch and returns its outputs, batched the same way as the inputs.
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>>;
 
+    /// Runs a batch and answers each of its requests on its own: one outcome per request of
+    /// the batch, in order, each holding that request's outputs (`sizes` are the requests'
+    /// batch sizes). The engine calls this for every non-decoupled batch. The default runs
+    /// `execute` and splits the batched outputs, so the batch succeeds or fails as a whole; a
+    /// backend whose requests are answered separately (Triton's backend API, where one request
+    /// of a dynamic batch may fail while the others succeed) overrides it. An `Err` fails every
+    /// request of the batch.
+    fn execute_each(&mut self, batch: BatchInput<'_>, sizes: &[usize]) -> Result<Vec<Result<Vec<Tensor>>>> {
+        let outputs = self.execute(batch)?;
+        Ok(crate::batch::split_outputs(outputs, sizes)?.into_iter().map(Ok).collect())
+    }
+
     /// For decoupled models: runs one request and sends any number of responses through
     /// `emit`. The engine sends the final flag after this returns.
     fn execute_decoupled(
