@@ -9,6 +9,7 @@ without it the module is skipped with that reason.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -246,6 +247,31 @@ def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server)
 
 
 
+@pytest.mark.parametrize("server", ["tritium", "triton"])
+def test_an_error_response_in_a_dynamic_batch_fails_only_its_request(servers, server):
+    srv = servers[0] if server == "tritium" else servers[1]
+    client = httpclient.InferenceServerClient(srv.http_url, concurrency=8)
+    try:
+        pending = []
+        for value in (100, 1, 2, -5, 4, 5):  # the slow first one holds the instance
+            x = httpclient.InferInput("X", [1, 1], "INT32")
+            x.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            pending.append(client.async_infer("batched", [x]))
+            time.sleep(0.02 if value == 100 else 0)
+        outcomes = []
+        for p in pending:
+            try:
+                outcomes.append(int(p.get_result().as_numpy("Y")[0][0]))
+            except InferenceServerException as e:
+                outcomes.append(e.message())
+    finally:
+        client.close()
+    error = outcomes.pop(3)
+    assert outcomes == [101, 2, 3, 5, 6], "the other requests of the batch succeed"
+    found = re.search(r"X=-5 is refused \(one of (\d+) requests\)", error)
+    assert found and int(found.group(1)) > 1, f"the bad request was batched with others: {error}"
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_request_parameters_reach_model_py(servers, protocol):
     params = {"p_str": "abc", "p_int": 5, "p_bool": True}
@@ -380,4 +406,30 @@ def test_a_broken_model_py_fails_as_in_triton_and_the_others_serve(tmp_path):
         assert "SyntaxError" in ours[2] and "does not implement `execute`" in ours[4] and ours[5] == 200
     finally:
         triton.stop()
+        assert tritium.stop() == 0, tritium.log_tail()
+
+
+def test_execution_env_path_starts_the_stub_in_that_environment(tmp_path):
+    """The Python backend handles EXECUTION_ENV_PATH itself (a folder with bin/activate here,
+    `$$TRITON_MODEL_DIRECTORY` replaced); under Tritium it works as under Triton, with a server
+    PATH that does not hold the venv."""
+    repo = tmp_path / "models"
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "python_models_env" / "env_probe",
+                    repo / "env_probe")
+    (repo / "env_probe" / "env").symlink_to(PT_VENV.resolve())
+    env = dict(os.environ)
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    tritium = Server(repo, log_dir=tmp_path, env=env).start(timeout=120)
+    triton = None
+    try:
+        triton = Triton(repo, tmp_path)
+        prefixes = []
+        for srv in (tritium, triton):
+            out, err = infer(srv.http_url, "http", "env_probe", [("X", np.array([1], dtype=np.int32), "INT32")])
+            assert err is None, err
+            prefixes.append(Path(out["PREFIX"][0].decode()).resolve())
+        assert prefixes[0] == prefixes[1] == PT_VENV.resolve(), prefixes
+    finally:
+        if triton:
+            triton.stop()
         assert tritium.stop() == 0, tritium.log_tail()

@@ -1,8 +1,8 @@
 //! The instance actor: one loaded copy of a model on its own OS thread, running one batch at a
 //! time. It merges the batch's inputs, calls its backend for one outcome per request (the
-//! backend splits batched outputs, or answers request by request),
-//! answers each request, and stamps the timings that statistics read. A backend panic fails
-//! the batch and ends the actor; the supervisor starts a new one.
+//! backend splits batched outputs, or answers request by request), answers each request, and
+//! stamps the timings that statistics read. A backend panic fails the batch and ends the actor;
+//! the supervisor starts a new one.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;

@@ -13,7 +13,7 @@ pub mod triton;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use autocomplete::autocomplete;
+pub use autocomplete::{autocomplete, Completed};
 use tritium_actors::{BackendFactory, Error, Result};
 
 use crate::config::ModelConfig;
