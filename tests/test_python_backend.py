@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import REPO_ROOT, Server, free_ports
+from helpers import REPO_ROOT, Server, copy_bundled_repo, free_ports
 
 PT_VENV = REPO_ROOT / ".pytriton" / "venv"
 SITE = PT_VENV / "lib" / "python3.11" / "site-packages"
@@ -419,7 +419,10 @@ def test_execution_env_path_starts_the_stub_in_that_environment(tmp_path):
     (repo / "env_probe" / "env").symlink_to(PT_VENV.resolve())
     env = dict(os.environ)
     env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-    tritium = Server(repo, log_dir=tmp_path, env=env).start(timeout=120)
+    # --backend-directory given: Tritium leaves PATH alone (it puts the setup venv first only
+    # for the default directory), so only EXECUTION_ENV_PATH brings the venv in.
+    tritium = Server(repo, log_dir=tmp_path, env=env, args=["--backend-directory", str(BACKENDS)])
+    tritium.start(timeout=120)
     triton = None
     try:
         triton = Triton(repo, tmp_path)
@@ -433,3 +436,28 @@ def test_execution_env_path_starts_the_stub_in_that_environment(tmp_path):
         if triton:
             triton.stop()
         assert tritium.stop() == 0, tritium.log_tail()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_bundled_python_model_serves_in_its_ensemble_without_the_venv_on_path(tmp_path, protocol):
+    """model_repository/'s animal_words (a model.py) feeds classify (ONNX) in text_classify, as
+    scripts/serve.sh serves them. The server is started with a PATH that lacks the setup venv and
+    with the default backend directory: it puts that venv first on PATH for the stub itself."""
+    repo = copy_bundled_repo(tmp_path / "models", ["animal_words", "classify", "text_classify"])
+    env = dict(os.environ)
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    srv = Server(repo, log_dir=tmp_path, env=env).start(timeout=120)
+    lib = httpclient if protocol == "http" else grpcclient
+    client = lib.InferenceServerClient(srv.http_url if protocol == "http" else srv.grpc_url)
+    try:
+        text = lib.InferInput("TEXT", [1], "BYTES")
+        text.set_data_from_numpy(np.array(["Two puppies chased a kitten past the dog bowl"], dtype=np.object_))
+        scores = client.infer("text_classify", [text]).as_numpy("SCORES")
+        counts = np.array([1, 2, 0, 0], dtype=np.float64)  # kitten; puppies, dog
+        np.testing.assert_allclose(scores, np.exp(counts) / np.exp(counts).sum(), rtol=1e-5)
+        top = client.infer("text_classify", [text], outputs=[lib.InferRequestedOutput("SCORES", class_count=1)])
+        assert top.as_numpy("SCORES")[0].decode().endswith(":1:dog")
+    finally:
+        client.close()
+        assert srv.stop() == 0, srv.log_tail()
+    assert ".pytriton/venv/bin is first on PATH for the Python backend's stubs" in srv.log_path.read_text()
