@@ -229,6 +229,28 @@ def test_a_decoupled_model_streams_its_responses_as_triton(servers):
 
 
 @pytest.mark.parametrize("server", ["tritium", "triton"])
+def test_a_cancelled_stream_is_seen_by_request_is_cancelled(servers, server):
+    """The client cancels a decoupled request after its first response; model.py, answering from
+    a thread of its own, sees `request.is_cancelled()` and stops. The next request reports how
+    the one before it ended."""
+    srv = servers[0] if server == "tritium" else servers[1]
+    import queue
+    results = queue.Queue()
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    n = grpcclient.InferInput("N", [1], "INT32")
+    n.set_data_from_numpy(np.array([50], dtype=np.int32))
+    client.async_stream_infer("ticker", [n])
+    result, error = results.get(timeout=20)
+    assert error is None and result.as_numpy("TICK").tolist() == [0]
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    time.sleep(1.0)  # Triton frees the instance before the ticking thread ends: let it see
+    got = stream(srv.grpc_url, "ticker", [("N", np.array([1], dtype=np.int32), "INT32")], 1)
+    previous = got[0]["PREVIOUS"][0].decode()
+    assert previous.startswith("cancelled after"), previous
+
+@pytest.mark.parametrize("server", ["tritium", "triton"])
 def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server):
     srv = servers[0] if server == "tritium" else servers[1]
     client = httpclient.InferenceServerClient(srv.http_url, concurrency=8)

@@ -29,7 +29,6 @@ pub enum InstanceKind {
 
 /// One batch handed to a backend: the inputs merged along the batch dimension (or the single
 /// request's inputs unchanged) and the union of the outputs wanted.
-#[derive(Debug)]
 pub struct BatchInput<'a> {
     pub inputs: &'a [Tensor],
     /// Output names wanted by at least one request of the batch; empty = all.
@@ -42,6 +41,23 @@ pub struct BatchInput<'a> {
     /// Every request of the batch, in order, for backends that take requests one by one (as
     /// Triton's backend API does); empty where the caller does not give them.
     pub requests: &'a [&'a InferRequest],
+    /// Beside `requests`: whether each request's client has gone (cancelled or disconnected),
+    /// for backends that let a running request notice (`request.is_cancelled()`); empty where
+    /// the caller does not say.
+    pub cancelled: &'a [&'a dyn Fn() -> bool],
+}
+
+impl std::fmt::Debug for BatchInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchInput")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("batch_size", &self.batch_size)
+            .field("request", &self.request)
+            .field("requests", &self.requests)
+            .field("cancelled", &self.cancelled.iter().map(|c| c()).collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// One loaded copy of a model. Runs on the instance's own thread, one batch at a time.

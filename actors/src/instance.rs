@@ -192,14 +192,27 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
     let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
     let single = (requests.len() == 1).then(|| requests[0]);
-    let input =
-        BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single, requests: &requests };
+    let input = BatchInput {
+        inputs: &merged,
+        outputs: &wanted,
+        batch_size: total,
+        request: single,
+        requests: &requests,
+        cancelled: &[],
+    };
 
     if policy.decoupled {
         return execute_decoupled(env, backend, live, input, compute_start, input_end).map(|()| false);
     }
 
+    // Whether each client has gone, for backends that let a running request notice.
+    let probes: Vec<Box<dyn Fn() -> bool + '_>> =
+        live.iter().map(|p| Box::new(move || p.reply.is_closed()) as Box<dyn Fn() -> bool + '_>).collect();
+    let gone: Vec<&dyn Fn() -> bool> = probes.iter().map(|b| &**b).collect();
+    let input = BatchInput { cancelled: &gone, ..input };
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes)));
+    drop(gone);
+    drop(probes);
     let infer_end = Instant::now();
     let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));
     let reported = if live.len() == 1 && all_ok { backend.reported_times() } else { None };
@@ -319,6 +332,9 @@ fn execute_decoupled(
     let stats = &env.stats;
     // Decoupled models run one request at a time (the batcher never merges them).
     let p = live.into_iter().next().expect("a live request");
+    let probe = || p.reply.is_closed();
+    let gone: [&dyn Fn() -> bool; 1] = [&probe];
+    let input = BatchInput { cancelled: &gone, ..input };
     let mut first_sent = false;
     let mut emit = |outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
         if !first_sent {

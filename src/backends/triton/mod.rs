@@ -83,6 +83,9 @@ pub fn auto_complete(
     Ok(Some(backend))
 }
 
+/// How often a request waiting for the backend's responses checks whether its client has gone.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Makes instances of one model version on a loaded backend library.
 pub struct TritonFactory {
     model: Arc<LoadedModel>,
@@ -196,7 +199,8 @@ impl TritonInstance {
         };
         let mut failures = Vec::with_capacity(pending.len());
         for (index, (p, deadline)) in pending.into_iter().zip(deadlines).enumerate() {
-            let failure = self.responses(index, &p, deadline, emit);
+            let gone = batch.cancelled.get(index).copied();
+            let failure = self.responses(index, &p, deadline, gone, emit);
             if let Some(e) = &failure {
                 self.failure.get_or_insert(e.clone());
             }
@@ -230,21 +234,36 @@ impl TritonInstance {
         }
     }
 
-    /// Reads one request's responses until its final flag; its failure, if any.
+    /// Reads one request's responses until its final flag; its failure, if any. While it waits,
+    /// `gone` is asked every `CANCEL_POLL` whether the client has gone; once it has, the
+    /// backend sees the request cancelled (`TRITONBACKEND_RequestIsCancelled`, a model.py's
+    /// `request.is_cancelled()`) and decides how to end it, as in Triton.
     fn responses(
         &self,
         index: usize,
         p: &host::Pending,
         deadline: Option<Instant>,
+        mut gone: Option<&dyn Fn() -> bool>,
         emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>,
     ) -> Option<Error> {
         let mut failure = None;
         let mut responses = 0usize;
         loop {
-            let event = match deadline {
-                None => p.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(d) => p.events.recv_timeout(d.saturating_duration_since(Instant::now())),
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let event = match (left, gone) {
+                (None, None) => p.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                (Some(left), None) => p.events.recv_timeout(left),
+                (left, Some(_)) => p.events.recv_timeout(left.map_or(CANCEL_POLL, |l| l.min(CANCEL_POLL))),
             };
+            if let (Err(RecvTimeoutError::Timeout), Some(is_gone)) = (&event, gone) {
+                if left.is_none_or(|l| l > CANCEL_POLL) {
+                    if is_gone() {
+                        p.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                        gone = None;
+                    }
+                    continue;
+                }
+            }
             let event = match event {
                 Ok(event) => event,
                 Err(RecvTimeoutError::Disconnected) => {
