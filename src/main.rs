@@ -297,9 +297,14 @@ fn num_workers() -> usize {
 
 fn main() {
     let cli = Cli::parse_with_env();
+    // Before any thread starts: the environment the Python backend's stubs inherit.
+    let venv = backends::setup_venv_first_on_path(cli.resources.backend_directory.as_deref().map(std::path::Path::new));
     if let Err(e) = init_observe(&cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+    if let Some(bin) = venv {
+        tracing::info!("{} is first on PATH for the Python backend's stubs", bin.display());
     }
     let system = actix_rt::System::new();
     match system.block_on(run(cli)) {

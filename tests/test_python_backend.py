@@ -9,6 +9,7 @@ without it the module is skipped with that reason.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -21,7 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import REPO_ROOT, Server, free_ports
+from helpers import REPO_ROOT, Server, copy_bundled_repo, free_ports
 
 PT_VENV = REPO_ROOT / ".pytriton" / "venv"
 SITE = PT_VENV / "lib" / "python3.11" / "site-packages"
@@ -228,6 +229,28 @@ def test_a_decoupled_model_streams_its_responses_as_triton(servers):
 
 
 @pytest.mark.parametrize("server", ["tritium", "triton"])
+def test_a_cancelled_stream_is_seen_by_request_is_cancelled(servers, server):
+    """The client cancels a decoupled request after its first response; model.py, answering from
+    a thread of its own, sees `request.is_cancelled()` and stops. The next request reports how
+    the one before it ended."""
+    srv = servers[0] if server == "tritium" else servers[1]
+    import queue
+    results = queue.Queue()
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    n = grpcclient.InferInput("N", [1], "INT32")
+    n.set_data_from_numpy(np.array([50], dtype=np.int32))
+    client.async_stream_infer("ticker", [n])
+    result, error = results.get(timeout=20)
+    assert error is None and result.as_numpy("TICK").tolist() == [0]
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    time.sleep(1.0)  # Triton frees the instance before the ticking thread ends: let it see
+    got = stream(srv.grpc_url, "ticker", [("N", np.array([1], dtype=np.int32), "INT32")], 1)
+    previous = got[0]["PREVIOUS"][0].decode()
+    assert previous.startswith("cancelled after"), previous
+
+@pytest.mark.parametrize("server", ["tritium", "triton"])
 def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server):
     srv = servers[0] if server == "tritium" else servers[1]
     client = httpclient.InferenceServerClient(srv.http_url, concurrency=8)
@@ -244,6 +267,31 @@ def test_dynamic_batching_hands_several_requests_to_one_execute(servers, server)
     counts = [int(r.as_numpy("N")[0][0]) for r in results]
     assert max(counts) > 1, f"model.py saw one request per execute: {counts}"
 
+
+
+@pytest.mark.parametrize("server", ["tritium", "triton"])
+def test_an_error_response_in_a_dynamic_batch_fails_only_its_request(servers, server):
+    srv = servers[0] if server == "tritium" else servers[1]
+    client = httpclient.InferenceServerClient(srv.http_url, concurrency=8)
+    try:
+        pending = []
+        for value in (100, 1, 2, -5, 4, 5):  # the slow first one holds the instance
+            x = httpclient.InferInput("X", [1, 1], "INT32")
+            x.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            pending.append(client.async_infer("batched", [x]))
+            time.sleep(0.02 if value == 100 else 0)
+        outcomes = []
+        for p in pending:
+            try:
+                outcomes.append(int(p.get_result().as_numpy("Y")[0][0]))
+            except InferenceServerException as e:
+                outcomes.append(e.message())
+    finally:
+        client.close()
+    error = outcomes.pop(3)
+    assert outcomes == [101, 2, 3, 5, 6], "the other requests of the batch succeed"
+    found = re.search(r"X=-5 is refused \(one of (\d+) requests\)", error)
+    assert found and int(found.group(1)) > 1, f"the bad request was batched with others: {error}"
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -381,3 +429,57 @@ def test_a_broken_model_py_fails_as_in_triton_and_the_others_serve(tmp_path):
     finally:
         triton.stop()
         assert tritium.stop() == 0, tritium.log_tail()
+
+
+def test_execution_env_path_starts_the_stub_in_that_environment(tmp_path):
+    """The Python backend handles EXECUTION_ENV_PATH itself (a folder with bin/activate here,
+    `$$TRITON_MODEL_DIRECTORY` replaced); under Tritium it works as under Triton, with a server
+    PATH that does not hold the venv."""
+    repo = tmp_path / "models"
+    shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "python_models_env" / "env_probe",
+                    repo / "env_probe")
+    (repo / "env_probe" / "env").symlink_to(PT_VENV.resolve())
+    env = dict(os.environ)
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    # --backend-directory given: Tritium leaves PATH alone (it puts the setup venv first only
+    # for the default directory), so only EXECUTION_ENV_PATH brings the venv in.
+    tritium = Server(repo, log_dir=tmp_path, env=env, args=["--backend-directory", str(BACKENDS)])
+    tritium.start(timeout=120)
+    triton = None
+    try:
+        triton = Triton(repo, tmp_path)
+        prefixes = []
+        for srv in (tritium, triton):
+            out, err = infer(srv.http_url, "http", "env_probe", [("X", np.array([1], dtype=np.int32), "INT32")])
+            assert err is None, err
+            prefixes.append(Path(out["PREFIX"][0].decode()).resolve())
+        assert prefixes[0] == prefixes[1] == PT_VENV.resolve(), prefixes
+    finally:
+        if triton:
+            triton.stop()
+        assert tritium.stop() == 0, tritium.log_tail()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_bundled_python_model_serves_in_its_ensemble_without_the_venv_on_path(tmp_path, protocol):
+    """model_repository/'s animal_words (a model.py) feeds classify (ONNX) in text_classify, as
+    scripts/serve.sh serves them. The server is started with a PATH that lacks the setup venv and
+    with the default backend directory: it puts that venv first on PATH for the stub itself."""
+    repo = copy_bundled_repo(tmp_path / "models", ["animal_words", "classify", "text_classify"])
+    env = dict(os.environ)
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    srv = Server(repo, log_dir=tmp_path, env=env).start(timeout=120)
+    lib = httpclient if protocol == "http" else grpcclient
+    client = lib.InferenceServerClient(srv.http_url if protocol == "http" else srv.grpc_url)
+    try:
+        text = lib.InferInput("TEXT", [1], "BYTES")
+        text.set_data_from_numpy(np.array(["Two puppies chased a kitten past the dog bowl"], dtype=np.object_))
+        scores = client.infer("text_classify", [text]).as_numpy("SCORES")
+        counts = np.array([1, 2, 0, 0], dtype=np.float64)  # kitten; puppies, dog
+        np.testing.assert_allclose(scores, np.exp(counts) / np.exp(counts).sum(), rtol=1e-5)
+        top = client.infer("text_classify", [text], outputs=[lib.InferRequestedOutput("SCORES", class_count=1)])
+        assert top.as_numpy("SCORES")[0].decode().endswith(":1:dog")
+    finally:
+        client.close()
+        assert srv.stop() == 0, srv.log_tail()
+    assert ".pytriton/venv/bin is first on PATH for the Python backend's stubs" in srv.log_path.read_text()

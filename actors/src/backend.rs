@@ -48,7 +48,6 @@ pub enum InstanceKind {
 
 /// One batch handed to a backend: the inputs merged along the batch dimension (or the single
 /// request's inputs unchanged) and the union of the outputs wanted.
-#[derive(Debug)]
 pub struct BatchInput<'a> {
     pub inputs: &'a [Tensor],
     /// Output names wanted by at least one request of the batch; empty = all.
@@ -61,12 +60,41 @@ pub struct BatchInput<'a> {
     /// Every request of the batch, in order, for backends that take requests one by one (as
     /// Triton's backend API does); empty where the caller does not give them.
     pub requests: &'a [&'a InferRequest],
+    /// Beside `requests`: whether each request's client has gone (cancelled or disconnected),
+    /// for backends that let a running request notice (`request.is_cancelled()`); empty where
+    /// the caller does not say.
+    pub cancelled: &'a [&'a dyn Fn() -> bool],
+}
+
+impl std::fmt::Debug for BatchInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchInput")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("batch_size", &self.batch_size)
+            .field("request", &self.request)
+            .field("requests", &self.requests)
+            .field("cancelled", &self.cancelled.iter().map(|c| c()).collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// One loaded copy of a model. Runs on the instance's own thread, one batch at a time.
 pub trait Backend: Send {
     /// Runs a batch and returns its outputs, batched the same way as the inputs.
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>>;
+
+    /// Runs a batch and answers each of its requests on its own: one outcome per request of
+    /// the batch, in order, each holding that request's outputs (`sizes` are the requests'
+    /// batch sizes). The engine calls this for every non-decoupled batch. The default runs
+    /// `execute` and splits the batched outputs, so the batch succeeds or fails as a whole; a
+    /// backend whose requests are answered separately (Triton's backend API, where one request
+    /// of a dynamic batch may fail while the others succeed) overrides it. An `Err` fails every
+    /// request of the batch.
+    fn execute_each(&mut self, batch: BatchInput<'_>, sizes: &[usize]) -> Result<Vec<Result<Vec<Tensor>>>> {
+        let outputs = self.execute(batch)?;
+        Ok(crate::batch::split_outputs(outputs, sizes)?.into_iter().map(Ok).collect())
+    }
 
     /// For decoupled models: runs one request and sends any number of responses through
     /// `emit`. The engine sends the final flag after this returns.

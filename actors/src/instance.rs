@@ -1,7 +1,8 @@
 //! The instance actor: one loaded copy of a model on its own OS thread, running one batch at a
-//! time. It merges the batch's inputs, calls its backend, splits the outputs back per request,
-//! answers each request, and stamps the timings that statistics read. A backend panic fails
-//! the batch and ends the actor; the supervisor starts a new one.
+//! time. It merges the batch's inputs, calls its backend for one outcome per request (the
+//! backend splits batched outputs, or answers request by request), answers each request, and
+//! stamps the timings that statistics read. A backend panic fails the batch and ends the actor;
+//! the supervisor starts a new one.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use actix::Recipient;
 
 use crate::backend::{self, Backend, BackendFactory, BatchInput, InstanceSpec};
-use crate::batch::{merge_inputs, split_outputs};
+use crate::batch::merge_inputs;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
@@ -198,22 +199,42 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
     let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
     let single = (requests.len() == 1).then(|| requests[0]);
-    let input =
-        BatchInput { inputs: &merged, outputs: &wanted, batch_size: total, request: single, requests: &requests };
+    let input = BatchInput {
+        inputs: &merged,
+        outputs: &wanted,
+        batch_size: total,
+        request: single,
+        requests: &requests,
+        cancelled: &[],
+    };
 
     if policy.decoupled {
         return execute_decoupled(env, backend, live, input, compute_start, input_end).map(|()| false);
     }
 
-    let result = catch_unwind(AssertUnwindSafe(|| backend.execute(input)));
+    // Whether each client has gone, for backends that let a running request notice.
+    let probes: Vec<Box<dyn Fn() -> bool + '_>> =
+        live.iter().map(|p| Box::new(move || p.reply.is_closed()) as Box<dyn Fn() -> bool + '_>).collect();
+    let gone: Vec<&dyn Fn() -> bool> = probes.iter().map(|b| &**b).collect();
+    let input = BatchInput { cancelled: &gone, ..input };
+    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes)));
+    drop(gone);
+    drop(probes);
     let infer_end = Instant::now();
-    let reported = if live.len() == 1 && matches!(result, Ok(Ok(_))) { backend.reported_times() } else { None };
+    let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));
+    let reported = if live.len() == 1 && all_ok { backend.reported_times() } else { None };
     let panicked = match &result {
         Err(p) => Some(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&**p))),
         Ok(_) => None,
     };
-    let split = match result {
-        Ok(Ok(outputs)) => split_outputs(outputs, &sizes),
+    let outcomes = match result {
+        Ok(Ok(v)) if v.len() == live.len() => Ok(v),
+        Ok(Ok(v)) => Err(Error::internal(format!(
+            "instance '{}' answered {} of the batch's {} requests",
+            env.spec.name,
+            v.len(),
+            live.len()
+        ))),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::internal(panicked.clone().unwrap_or_default())),
     };
@@ -233,7 +254,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         env.figures.instance(env.spec.index).executed();
         output_end
     };
-    let per_request = match split {
+    let outcomes = match outcomes {
         Ok(v) => v,
         Err(e) => {
             count_execution();
@@ -246,26 +267,36 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             };
         }
     };
-    let answers: Vec<(Pending, Vec<crate::tensor::Tensor>)> = live
-        .into_iter()
-        .zip(per_request)
-        .map(|(p, mut outputs)| {
-            // The engine keeps a sequence's next state before anyone sees the answer.
-            if let Some(ticket) = &p.sequence {
-                ticket.absorb(&mut outputs);
+    // Each request has its own outcome: one that failed is answered with its error, the
+    // others with their outputs (as Triton answers a dynamic batch request by request).
+    let mut failed = Vec::new();
+    let mut answers: Vec<(Pending, Vec<crate::tensor::Tensor>)> = Vec::with_capacity(live.len());
+    for (p, outcome) in live.into_iter().zip(outcomes) {
+        let mut outputs = match outcome {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                failed.push((p, e));
+                continue;
             }
-            let outputs = if p.request.outputs.is_empty() {
-                outputs
-            } else {
-                outputs.into_iter().filter(|t| p.request.outputs.iter().any(|o| o.name == t.name)).collect()
-            };
-            (p, outputs)
-        })
-        .collect();
+        };
+        // The engine keeps a sequence's next state before anyone sees the answer.
+        if let Some(ticket) = &p.sequence {
+            ticket.absorb(&mut outputs);
+        }
+        let outputs = if p.request.outputs.is_empty() {
+            outputs
+        } else {
+            outputs.into_iter().filter(|t| p.request.outputs.iter().any(|o| o.name == t.name)).collect()
+        };
+        answers.push((p, outputs));
+    }
     let output_end = count_execution();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
     env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
+    for (p, e) in failed {
+        p.fail_as(stats, e, FailureReason::Backend);
+    }
     for (p, outputs) in answers {
         if let Some(trace) = &p.request.trace {
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
@@ -312,6 +343,9 @@ fn execute_decoupled(
     let stats = &env.stats;
     // Decoupled models run one request at a time (the batcher never merges them).
     let p = live.into_iter().next().expect("a live request");
+    let probe = || p.reply.is_closed();
+    let gone: [&dyn Fn() -> bool; 1] = [&probe];
+    let input = BatchInput { cancelled: &gone, ..input };
     let mut first_sent = false;
     let mut last_sent: Option<Instant> = None;
     let mut emit = |mut outputs: Vec<crate::tensor::Tensor>| -> Result<()> {

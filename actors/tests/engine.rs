@@ -153,6 +153,67 @@ async fn a_backend_error_fails_only_that_request() {
     model.unload().await;
 }
 
+/// Answers each request of a batch on its own, as Triton's backend API does: a request whose
+/// first value is -1 fails, the others get their values plus one.
+struct EachOnItsOwn {
+    seen: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Backend for EachOnItsOwn {
+    fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        unreachable!("the engine calls execute_each")
+    }
+
+    fn execute_each(&mut self, batch: BatchInput<'_>, sizes: &[usize]) -> Result<Vec<Result<Vec<Tensor>>>> {
+        self.seen.lock().unwrap().push(batch.requests.len());
+        assert_eq!(sizes.len(), batch.requests.len());
+        std::thread::sleep(Duration::from_millis(20));
+        Ok(batch
+            .requests
+            .iter()
+            .map(|r| {
+                let input = &r.inputs[0];
+                let vals: Vec<f32> =
+                    input.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+                if vals[0] == -1.0 {
+                    return Err(Error::invalid("this request is refused"));
+                }
+                let out: Vec<u8> = vals.iter().flat_map(|v| (v + 1.0).to_le_bytes()).collect();
+                Ok(vec![Tensor::new("OUT", DataType::F32, input.shape.clone(), Bytes::from(out))])
+            })
+            .collect())
+    }
+}
+
+#[actix_rt::test]
+async fn one_failing_request_of_a_batch_fails_alone() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(50), ..Default::default() };
+    let recorded = seen.clone();
+    let factory: Arc<dyn BackendFactory> = Arc::new(move |_: &InstanceSpec| -> Result<Box<dyn Backend>> {
+        Ok(Box::new(EachOnItsOwn { seen: recorded.clone() }) as Box<dyn Backend>)
+    });
+    let model = Arc::new(ModelHandle::load(&engine.handle(), policy(1, Some(dynamic)), factory).await.unwrap());
+    let calls = (0..6).map(|i| {
+        let model = model.clone();
+        let first = if i == 3 { -1.0 } else { i as f32 };
+        async move { (i, model.infer(request([first, 0.0])).await) }
+    });
+    for (i, r) in futures::future::join_all(calls).await {
+        if i == 3 {
+            let e = r.unwrap_err();
+            assert_eq!((e.kind, e.message.as_str()), (ErrorKind::InvalidArgument, "this request is refused"));
+        } else {
+            assert_eq!(values(&r.unwrap()), vec![i as f32 + 1.0, 1.0], "request {i}");
+        }
+    }
+    assert!(seen.lock().unwrap().iter().any(|&n| n > 1), "the requests were batched: {:?}", seen.lock().unwrap());
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, s.fail.0), (5, 1));
+    assert_eq!(model.figures.supervisor.snapshot().restarts, vec![Restarts::default()], "no restart");
+    model.unload().await;
+}
 #[actix_rt::test]
 async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
     // Virtual time: the failed instance stays down through its backoff while the other serves.

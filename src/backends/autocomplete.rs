@@ -15,31 +15,42 @@ use crate::config::{proto_data_type, ModelConfig, ModelDynamicBatching, ModelInp
 /// Triton's `--backend-config=default-max-batch-size`, 4 by default.
 pub const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
+/// What auto-complete loaded and the load keeps until the versions' factories are made: a
+/// Triton backend library stays initialized from its model's auto-complete to its factory
+/// (not finalized between the two when no other model holds it).
+#[derive(Default)]
+pub struct Completed {
+    _backend: Option<tritium_ffi::backend_api::LoadedBackend>,
+}
+
 /// Fills what the config leaves out from the latest version's model file.
-pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, env: &BackendEnv) -> Result<()> {
+pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, env: &BackendEnv) -> Result<Completed> {
     let version_dir = model_dir.join(version.to_string());
-    let Some(backend) = backend_name(config, &version_dir) else { return Ok(()) };
+    let Some(backend) = backend_name(config, &version_dir) else { return Ok(Completed::default()) };
     if config.backend.is_empty() && config.platform.is_empty() {
         config.backend = backend.clone();
     }
     if backend == "pytorch" {
-        return pytorch_says_what_is_missing(config, &model_file(config, model_dir, version, "model.pt"));
+        pytorch_says_what_is_missing(config, &model_file(config, model_dir, version, "model.pt"))?;
+        return Ok(Completed::default());
     }
     if backend == "python" || super::triton::library_path(&env.backend_directory(), &backend).is_file() {
-        return super::triton::auto_complete(config, model_dir, version, &env.backend_directory(), &env.backend_config);
+        let backend =
+            super::triton::auto_complete(config, model_dir, version, &env.backend_directory(), &env.backend_config)?;
+        return Ok(Completed { _backend: backend });
     }
     if backend != "onnxruntime" {
-        return Ok(());
+        return Ok(Completed::default());
     }
     let file = model_file(config, model_dir, version, "model.onnx");
     if !file.is_file() {
         // The factory reports the missing file.
-        return Ok(());
+        return Ok(Completed::default());
     }
     onnx::init_runtime(&env.onnxruntime_library())?;
     let (inputs, outputs) = onnx::inspect(&file)?;
     complete(config, &inputs, &outputs);
-    Ok(())
+    Ok(Completed::default())
 }
 
 /// Triton cannot complete a PyTorch config (a TorchScript file does not declare its tensors'

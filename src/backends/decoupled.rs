@@ -159,7 +159,14 @@ mod tests {
         let inputs = [ints("IN", DataType::I32, &[5, 6, 7]), ints("DELAY", DataType::U32, &[1, 1, 1])];
         Repeat
             .execute_decoupled(
-                BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None, requests: &[] },
+                BatchInput {
+                    inputs: &inputs,
+                    outputs: &[],
+                    batch_size: 1,
+                    request: None,
+                    requests: &[],
+                    cancelled: &[],
+                },
                 &mut |o| {
                     got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
                     Ok(())
@@ -175,7 +182,14 @@ mod tests {
         let inputs = [ints("IN", DataType::I32, &[4])];
         Square
             .execute_decoupled(
-                BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None, requests: &[] },
+                BatchInput {
+                    inputs: &inputs,
+                    outputs: &[],
+                    batch_size: 1,
+                    request: None,
+                    requests: &[],
+                    cancelled: &[],
+                },
                 &mut |_| {
                     n += 1;
                     Ok(())
@@ -186,7 +200,7 @@ mod tests {
         let bad = [ints("IN", DataType::U32, &[4])];
         assert!(Square
             .execute_decoupled(
-                BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[] },
+                BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[], cancelled: &[] },
                 &mut |_| Ok(())
             )
             .is_err());

@@ -14,7 +14,7 @@ pub mod triton;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use autocomplete::autocomplete;
+pub use autocomplete::{autocomplete, Completed};
 use tritium_actors::{BackendFactory, Error, Result};
 
 use crate::config::ModelConfig;
@@ -41,6 +41,40 @@ pub const SETUP_ONNXRUNTIME_LIBRARY: &str = concat!(
 /// venv, with the Python backend's stub beside its library.
 pub const SETUP_BACKEND_DIRECTORY: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/.pytriton/venv/lib/python3.11/site-packages/pytriton/tritonserver/backends");
+
+/// The venv `scripts/setup.sh` installs Triton's Python backend into; its `bin/` holds the
+/// `python3` (with numpy < 2) that the backend's stub processes need.
+pub const SETUP_PYTHON_VENV: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/.pytriton/venv");
+
+/// With the default backend directory (no `--backend-directory`), puts the setup venv's `bin/`
+/// first on this process's `PATH`, which the Python backend's stub processes inherit: the stub
+/// embeds Python 3.11 and takes its environment from the first `python3` on `PATH` (Triton
+/// leaves that to whoever starts the server). Changes the environment, so it is called before
+/// any thread starts. Returns the folder put first, if it did.
+pub fn setup_venv_first_on_path(backend_directory: Option<&Path>) -> Option<PathBuf> {
+    let bin = Path::new(SETUP_PYTHON_VENV).join("bin");
+    if backend_directory.is_some() || !bin.join("python3").exists() {
+        return None;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let first = path_with_first(&bin, &path)?;
+    std::env::set_var("PATH", first);
+    Some(bin)
+}
+
+/// `path` with `dir` first, `None` when it already is.
+fn path_with_first(dir: &Path, path: &std::ffi::OsStr) -> Option<std::ffi::OsString> {
+    if path.is_empty() {
+        return Some(dir.as_os_str().to_owned());
+    }
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(path).collect();
+    if dirs.first().map(PathBuf::as_path) == Some(dir) {
+        return None;
+    }
+    dirs.retain(|d| d != dir);
+    dirs.insert(0, dir.to_path_buf());
+    std::env::join_paths(dirs).ok()
+}
 
 impl BackendEnv {
     pub fn onnxruntime_library(&self) -> PathBuf {
@@ -183,6 +217,15 @@ pub fn factory(
 mod tests {
     use super::*;
     use crate::config::ModelInstanceGroup;
+
+    #[test]
+    fn the_setup_venv_goes_first_on_the_path_once() {
+        let bin = Path::new("/v/bin");
+        let moved = path_with_first(bin, std::ffi::OsStr::new("/usr/bin:/v/bin:/bin")).unwrap();
+        assert_eq!(moved, std::ffi::OsString::from("/v/bin:/usr/bin:/bin"));
+        assert_eq!(path_with_first(bin, std::ffi::OsStr::new("/v/bin:/usr/bin")), None);
+        assert_eq!(path_with_first(bin, std::ffi::OsStr::new("")).unwrap(), std::ffi::OsString::from("/v/bin"));
+    }
 
     #[test]
     fn instances_share_the_cores_unless_the_config_says() {

@@ -249,12 +249,20 @@ mod tests {
                 batch_size: 1,
                 request: None,
                 requests: &[],
+                cancelled: &[],
             })
             .unwrap();
         assert_eq!(&out[0].data[..], &f32s(&[2.0, 3.0])[..]);
         p.normalize = true;
         let out = p
-            .execute(BatchInput { inputs: &[e, m], outputs: &[], batch_size: 1, request: None, requests: &[] })
+            .execute(BatchInput {
+                inputs: &[e, m],
+                outputs: &[],
+                batch_size: 1,
+                request: None,
+                requests: &[],
+                cancelled: &[],
+            })
             .unwrap();
         let v: Vec<f32> = out[0].data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert!((v[0] * v[0] + v[1] * v[1] - 1.0).abs() < 1e-6);

@@ -166,10 +166,13 @@ fn prepare_versions(
     router: Arc<super::Router>,
 ) -> Result<Prepared> {
     let (strict, env) = (settings.strict, &settings.env);
-    if !strict {
+    // Held until the factories are made (a backend library loaded for auto-complete stays up).
+    let _completed = if strict {
+        backends::Completed::default()
+    } else {
         let latest = *versions.last().expect("select_versions returns at least one");
-        backends::autocomplete(&mut config, &dir.path, latest, env)?;
-    }
+        backends::autocomplete(&mut config, &dir.path, latest, env)?
+    };
     let gpus = backends::usable_gpus(&config);
     config::normalize(&mut config, gpus);
     config::validate(&config)?;

@@ -114,6 +114,7 @@ pub fn table() -> Vec<*const ()> {
         TRITONSERVER_MetricFamilyDelete as *const (),
         TRITONSERVER_MetricFamilyNew as *const (),
         TRITONSERVER_MetricIncrement as *const (),
+        TRITONSERVER_MetricNew as *const (),
         TRITONSERVER_MetricNewWithArgs as *const (),
         TRITONSERVER_MetricObserve as *const (),
         TRITONSERVER_MetricSet as *const (),
@@ -145,6 +146,6 @@ mod tests {
         let t = super::table();
         let unique: std::collections::HashSet<_> = t.iter().collect();
         assert_eq!(unique.len(), t.len());
-        assert_eq!(t.len(), 121, "the functions Triton 2.51's Python backend calls");
+        assert_eq!(t.len(), 122, "the 121 functions Triton 2.51's Python backend calls and MetricNew");
     }
 }

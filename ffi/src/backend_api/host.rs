@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr};
 use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 
@@ -130,15 +130,22 @@ unsafe impl Send for Library {}
 // SAFETY: as above; `Library` holds only function pointers after load.
 unsafe impl Sync for Library {}
 
-static BACKENDS: Mutex<Option<HashMap<PathBuf, LoadedBackend>>> = Mutex::new(None);
+/// The loaded backends by library path. A backend lives while a model of it does (each model
+/// holds its backend): when the last goes, `TRITONBACKEND_Finalize` runs, as Triton unloads a
+/// backend that no model uses; a later model initializes it again.
+static BACKENDS: Mutex<Option<HashMap<PathBuf, Weak<Backend>>>> = Mutex::new(None);
+
+/// Serializes backends' `Initialize` and `Finalize`, so a backend being finalized (its last
+/// model gone) is done before it is initialized again.
+static LIFECYCLE: Mutex<()> = Mutex::new(());
 
 /// Loads and initializes a backend library, or returns the one already loaded from that path.
 pub fn load_backend(spec: &BackendSpec) -> Result<LoadedBackend, HostError> {
     let mut backends =
         BACKENDS.lock().map_err(|_| HostError::from(Error::new(ERROR_INTERNAL, "backend registry poisoned")))?;
     let backends = backends.get_or_insert_with(HashMap::new);
-    if let Some(b) = backends.get(&spec.library) {
-        return Ok(b.clone());
+    if let Some(b) = backends.get(&spec.library).and_then(Weak::upgrade) {
+        return Ok(LoadedBackend(b));
     }
     let library = Library::load(&spec.library)?;
     let location = spec.library.parent().unwrap_or(Path::new("/"));
@@ -147,10 +154,12 @@ pub fn load_backend(spec: &BackendSpec) -> Result<LoadedBackend, HostError> {
         location: c_string(&location.to_string_lossy()),
         config: spec.config_json.clone().into_bytes(),
         state: AtomicPtr::new(std::ptr::null_mut()),
+        initialized: AtomicBool::new(false),
         library,
     });
     let ptr = Arc::as_ptr(&backend).cast_mut();
     if let Some(init) = backend.library.initialize {
+        let _lifecycle = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the backend's entry point, called with a backend object that lives in `backend`.
         if let Some(e) = HostError::from_raw(unsafe { init(ptr) }) {
             return Err(HostError {
@@ -159,6 +168,7 @@ pub fn load_backend(spec: &BackendSpec) -> Result<LoadedBackend, HostError> {
             });
         }
     }
+    backend.initialized.store(true, std::sync::atomic::Ordering::Release);
     if let Some(attribute) = backend.library.backend_attribute {
         let mut attributes = BackendAttribute::default();
         // SAFETY: the entry point, with a live backend and an attribute object it fills in.
@@ -167,9 +177,8 @@ pub fn load_backend(spec: &BackendSpec) -> Result<LoadedBackend, HostError> {
         }
         tracing::debug!(backend = spec.name, ?attributes, "backend attributes");
     }
-    let loaded = LoadedBackend(backend);
-    backends.insert(spec.library.clone(), loaded.clone());
-    Ok(loaded)
+    backends.insert(spec.library.clone(), Arc::downgrade(&backend));
+    Ok(LoadedBackend(backend))
 }
 
 /// One model version to initialize on a backend.
@@ -221,7 +230,9 @@ pub struct InstanceSpec {
     pub device_id: i32,
 }
 
-/// An initialized instance; finalized when dropped.
+/// An initialized instance; finalized when the last handle to it is dropped (a handle lent to
+/// a thread running `execute` keeps it alive until that call returns).
+#[derive(Clone)]
 pub struct LoadedInstance(Arc<Instance>);
 
 impl LoadedModel {
@@ -263,7 +274,7 @@ pub struct Pending {
 impl LoadedInstance {
     /// Hands the requests to the backend's `ModelInstanceExecute`. The channels close when the
     /// backend has released the request and dropped its response factories.
-    pub fn execute(&mut self, requests: Vec<HostRequest>) -> Result<Vec<Pending>, HostError> {
+    pub fn execute(&self, requests: Vec<HostRequest>) -> Result<Vec<Pending>, HostError> {
         let mut pending = Vec::with_capacity(requests.len());
         let mut raw: Vec<*mut Request> = Vec::with_capacity(requests.len());
         for r in requests {
@@ -326,7 +337,9 @@ impl Drop for Instance {
 
 impl Drop for Backend {
     fn drop(&mut self) {
-        if let Some(fini) = self.library.finalize {
+        if let (true, Some(fini)) = (self.initialized.load(std::sync::atomic::Ordering::Acquire), self.library.finalize)
+        {
+            let _lifecycle = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the backend's entry point, once, with the backend object still alive.
             if let Some(e) = HostError::from_raw(unsafe { fini(self as *mut Backend) }) {
                 tracing::error!(backend = ?self.name, "backend finalize failed: {e}");

@@ -170,6 +170,19 @@ export! {
 }
 
 export! {
+    /// A counter or gauge of a family with labels (string parameters).
+    fn TRITONSERVER_MetricNew(metric: *mut *const Metric, family: *const MetricFamily, labels: *const *const Parameter, label_count: u64) {
+        // SAFETY: forwarded under the same contract, without args.
+        let e = unsafe { TRITONSERVER_MetricNewWithArgs(metric, family, labels, label_count, std::ptr::null()) };
+        // SAFETY: null or an error object just made, given up here.
+        match unsafe { Error::from_raw(e) } {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+export! {
     fn TRITONSERVER_MetricDelete(metric: *const Metric) {
         if metric.is_null() {
             return Err(Error::new(ERROR_INVALID_ARG, "metric is null"));

@@ -22,6 +22,8 @@ pub struct Backend {
     /// `{"cmdline": {…}}`, as Triton builds it from `--backend-config`.
     pub(crate) config: Vec<u8>,
     pub(crate) state: AtomicPtr<c_void>,
+    /// `Initialize` succeeded, so `Finalize` is due when the last model is gone.
+    pub(crate) initialized: AtomicBool,
     pub(crate) library: Library,
 }
 

@@ -283,7 +283,9 @@ export! {
         }
         if release_flags & REQUEST_RELEASE_RESCHEDULE != 0 {
             // The request stays with the backend; Tritium does not reschedule.
-            return Err(Error::new(ERROR_UNSUPPORTED, "Tritium does not support rescheduling a request (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)"));
+            // Triton allows it only for models configured to handle it (`sequence_batching {
+            // iterative_sequence: true }`), which Tritium does not serve yet; its text.
+            return Err(Error::new(ERROR_INVALID_ARG, "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."));
         }
         // SAFETY: the backend gives back a request made by `Box::into_raw` in `host`, once.
         drop(unsafe { Box::from_raw(request) });

@@ -376,7 +376,14 @@ mod tests {
         ];
         let wanted = vec![outputs[1].name.clone()];
         let out = backend
-            .execute(BatchInput { inputs: &tensors, outputs: &wanted, batch_size: 1, request: None, requests: &[] })
+            .execute(BatchInput {
+                inputs: &tensors,
+                outputs: &wanted,
+                batch_size: 1,
+                request: None,
+                requests: &[],
+                cancelled: &[],
+            })
             .unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].name, outputs[1].name);
@@ -386,7 +393,14 @@ mod tests {
         // A wrong datatype is the request's error, not a crash.
         let bad = vec![Tensor::new(inputs[0].name.clone(), DataType::I32, shape.clone(), le_bytes(&vec![0i32; n]))];
         let err = backend
-            .execute(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[] })
+            .execute(BatchInput {
+                inputs: &bad,
+                outputs: &[],
+                batch_size: 1,
+                request: None,
+                requests: &[],
+                cancelled: &[],
+            })
             .unwrap_err();
         assert!(err.to_string().contains("datatype"), "{err}");
     }

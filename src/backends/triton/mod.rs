@@ -9,7 +9,9 @@
 mod convert;
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InstanceKind, InstanceSpec, Result, Tensor};
 use tritium_ffi::backend_api::{self as host, abi, HostEvent, LoadedInstance, LoadedModel};
@@ -41,18 +43,19 @@ pub fn backend_config_json(name: &str, backend_directory: &Path, settings: &[Str
 /// Triton's auto-complete for a backend library: a model object with auto-complete on runs the
 /// backend's own completion (the Python backend: `auto_complete_config` of model.py, in a stub of
 /// its own), and the config the backend sets replaces `config`. Without the library nothing
-/// happens here (the factory reports it).
+/// happens here (the factory reports it). Returns the backend, for the caller to keep loaded
+/// until the model's factory holds it.
 pub fn auto_complete(
     config: &mut ModelConfig,
     model_dir: &Path,
     version: i64,
     backend_directory: &Path,
     backend_settings: &[String],
-) -> Result<()> {
+) -> Result<Option<host::LoadedBackend>> {
     let name = config.backend.clone();
     let library = library_path(backend_directory, &name);
     if !library.is_file() {
-        return Ok(());
+        return Ok(None);
     }
     let backend = host::load_backend(&host::BackendSpec {
         name: name.clone(),
@@ -77,8 +80,11 @@ pub fn auto_complete(
             config.name, e.message
         ))
     })?;
-    Ok(())
+    Ok(Some(backend))
 }
+
+/// How often a request waiting for the backend's responses checks whether its client has gone.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Makes instances of one model version on a loaded backend library.
 pub struct TritonFactory {
@@ -149,6 +155,7 @@ impl BackendFactory for TritonFactory {
             decoupled: self.decoupled,
             outputs: self.outputs.clone(),
             failure: None,
+            hung: false,
         }))
     }
 }
@@ -161,68 +168,169 @@ pub struct TritonInstance {
     outputs: Vec<String>,
     /// The first failure since the last health check.
     failure: Option<Error>,
+    /// A call to the backend's execute never returned: the instance cannot serve any more.
+    hung: bool,
 }
 
 impl TritonInstance {
     /// Hands the batch's requests to the backend and reads each one's responses until its
-    /// final flag, giving `emit` the request index and each response's outputs.
-    fn run(&mut self, batch: BatchInput<'_>, emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>) -> Result<()> {
+    /// final flag, giving `emit` the request index and each response's outputs. Returns each
+    /// request's failure (a response carrying an error, a request released without a final
+    /// response, or none before the request's timeout); a failure of `execute` itself fails
+    /// them all.
+    fn run(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>,
+    ) -> Result<Vec<Option<Error>>> {
         let outputs = if batch.outputs.is_empty() { &self.outputs[..] } else { batch.outputs };
+        let deadlines = convert::deadlines(&batch);
         let requests = convert::requests(&batch, outputs);
-        let pending = self.instance.execute(requests).map_err(convert::error)?;
-        let mut failure = None;
-        for (index, p) in pending.into_iter().enumerate() {
-            let mut responses = 0usize;
-            loop {
-                let Ok(event) = p.events.recv() else {
-                    failure.get_or_insert(Error::internal(format!(
-                        "model '{}': the backend released the request without a final response ({responses} responses sent)",
-                        self.model
-                    )));
-                    break;
-                };
-                let is_final = event.is_final();
-                if let HostEvent::Response(r) = event {
-                    responses += 1;
-                    if let Some(e) = r.error {
-                        failure.get_or_insert(convert::error(e));
-                    } else if failure.is_none() && (!r.outputs.is_empty() || !self.decoupled || !is_final) {
-                        let outputs = r.outputs.into_iter().map(convert::tensor).collect::<Result<_>>();
-                        if let Err(e) = outputs.and_then(|o| emit(index, o)) {
-                            failure.get_or_insert(e);
-                        }
-                    }
-                }
-                if is_final {
-                    break;
-                }
+        let pending = match deadlines.iter().flatten().min() {
+            None => self.instance.execute(requests).map_err(convert::error),
+            Some(&deadline) => self.execute_within(requests, deadline),
+        };
+        let pending = match pending {
+            Ok(p) => p,
+            Err(e) => {
+                self.failure.get_or_insert(e.clone());
+                return Err(e);
+            }
+        };
+        let mut failures = Vec::with_capacity(pending.len());
+        for (index, (p, deadline)) in pending.into_iter().zip(deadlines).enumerate() {
+            let gone = batch.cancelled.get(index).copied();
+            let failure = self.responses(index, &p, deadline, gone, emit);
+            if let Some(e) = &failure {
+                self.failure.get_or_insert(e.clone());
+            }
+            failures.push(failure);
+        }
+        Ok(failures)
+    }
+
+    /// `ModelInstanceExecute` on a thread of its own, waited for until `deadline` (the batch's
+    /// first request timeout). A backend that has not returned by then has hung: the batch
+    /// fails with the reason and the instance is reported unhealthy, so the supervisor
+    /// replaces it; the hung call keeps its instance object until it returns.
+    fn execute_within(&mut self, requests: Vec<host::HostRequest>, deadline: Instant) -> Result<Vec<host::Pending>> {
+        let instance = self.instance.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("{}-execute", self.model))
+            .spawn(move || {
+                let _ = tx.send(instance.execute(requests));
+            })
+            .map_err(|e| Error::internal(format!("model '{}': starting the execute thread: {e}", self.model)))?;
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(pending) => pending.map_err(convert::error),
+            Err(_) => {
+                self.hung = true;
+                Err(Error::unavailable(format!(
+                    "model '{}': the backend did not return from execute within the request's timeout; the instance is replaced",
+                    self.model
+                )))
             }
         }
-        if let Some(e) = &failure {
-            self.failure.get_or_insert(e.clone());
+    }
+
+    /// Reads one request's responses until its final flag; its failure, if any. While it waits,
+    /// `gone` is asked every `CANCEL_POLL` whether the client has gone; once it has, the
+    /// backend sees the request cancelled (`TRITONBACKEND_RequestIsCancelled`, a model.py's
+    /// `request.is_cancelled()`) and decides how to end it, as in Triton.
+    fn responses(
+        &self,
+        index: usize,
+        p: &host::Pending,
+        deadline: Option<Instant>,
+        mut gone: Option<&dyn Fn() -> bool>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>,
+    ) -> Option<Error> {
+        let mut failure = None;
+        let mut responses = 0usize;
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let event = match (left, gone) {
+                (None, None) => p.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                (Some(left), None) => p.events.recv_timeout(left),
+                (left, Some(_)) => p.events.recv_timeout(left.map_or(CANCEL_POLL, |l| l.min(CANCEL_POLL))),
+            };
+            if let (Err(RecvTimeoutError::Timeout), Some(is_gone)) = (&event, gone) {
+                if left.is_none_or(|l| l > CANCEL_POLL) {
+                    if is_gone() {
+                        p.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                        gone = None;
+                    }
+                    continue;
+                }
+            }
+            let event = match event {
+                Ok(event) => event,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return failure.or(Some(Error::internal(format!(
+                        "model '{}': the backend released the request without a final response ({responses} responses sent)",
+                        self.model
+                    ))));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // The backend keeps the request; whatever it sends later goes nowhere.
+                    p.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return failure.or(Some(Error::unavailable(format!(
+                        "model '{}': the backend sent no final response within the request's timeout ({responses} responses sent)",
+                        self.model
+                    ))));
+                }
+            };
+            let is_final = event.is_final();
+            if let HostEvent::Response(r) = event {
+                responses += 1;
+                if let Some(e) = r.error {
+                    failure.get_or_insert(convert::error(e));
+                } else if failure.is_none() && (!r.outputs.is_empty() || !self.decoupled || !is_final) {
+                    let outputs = r.outputs.into_iter().map(convert::tensor).collect::<Result<_>>();
+                    if let Err(e) = outputs.and_then(|o| emit(index, o)) {
+                        failure.get_or_insert(e);
+                    }
+                }
+            }
+            if is_final {
+                return failure;
+            }
         }
-        failure.map_or(Ok(()), Err)
     }
 }
 
 impl Backend for TritonInstance {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        let outputs = self.execute_each(batch, &[])?.into_iter().collect::<Result<Vec<_>>>()?;
+        convert::concat(&self.model, outputs)
+    }
+
+    /// Each request of the batch is its own request to the backend, answered on its own: one
+    /// that fails (an error response, as a model.py returns for one bad request) fails alone,
+    /// as in Triton.
+    fn execute_each(&mut self, batch: BatchInput<'_>, _sizes: &[usize]) -> Result<Vec<Result<Vec<Tensor>>>> {
         let count = batch.requests.len().max(1);
-        let mut outputs: Vec<Option<Vec<Tensor>>> = vec![None; count];
+        let mut outputs: Vec<Option<Result<Vec<Tensor>>>> = vec![None; count];
         let model = self.model.clone();
-        self.run(batch, &mut |index, o| {
-            if outputs[index].replace(o).is_some() {
+        let failures = self.run(batch, &mut |index, o| {
+            if outputs[index].replace(Ok(o)).is_some() {
                 return Err(Error::internal(format!(
                     "model '{model}' sent more than one response to a request, which only a decoupled model may do"
                 )));
             }
             Ok(())
         })?;
-        let outputs = outputs
+        Ok(outputs
             .into_iter()
-            .map(|o| o.ok_or_else(|| Error::internal(format!("model '{}': the backend sent no response", self.model))))
-            .collect::<Result<Vec<_>>>()?;
-        convert::concat(&self.model, outputs)
+            .zip(failures)
+            .map(|(o, failure)| match failure {
+                Some(e) => Err(e),
+                None => o.unwrap_or_else(|| {
+                    Err(Error::internal(format!("model '{}': the backend sent no response", self.model)))
+                }),
+            })
+            .collect())
     }
 
     fn execute_decoupled(
@@ -230,7 +338,10 @@ impl Backend for TritonInstance {
         batch: BatchInput<'_>,
         emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
     ) -> Result<()> {
-        self.run(batch, &mut |_, o| emit(o))
+        match self.run(batch, &mut |_, o| emit(o))?.into_iter().flatten().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// After a failed batch: is the instance still able to serve? The backend's
@@ -240,6 +351,9 @@ impl Backend for TritonInstance {
     /// replaces the instance (a new stub) instead.
     fn health(&mut self) -> Result<()> {
         let Some(failure) = self.failure.take() else { return Ok(()) };
+        if self.hung {
+            return Err(failure);
+        }
         match self.instance.ready() {
             Some(ready) => ready.map_err(convert::error),
             None if is_dead_stub(&failure) => Err(failure),
