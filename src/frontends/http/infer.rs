@@ -67,6 +67,10 @@ pub async fn infer_model(
         req.headers().iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
         &mut request.parameters,
     )?;
+    crate::frontends::affinity::check_sequence_header(
+        &request,
+        req.headers().iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+    )?;
     let span = request_span(&request);
     async move {
         tracing::debug!("HTTP infer request received");
