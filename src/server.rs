@@ -156,7 +156,15 @@ impl Server {
             return Err(Error::unavailable("Server is shutting down: new inference requests are refused"));
         }
         self.drain.admit(&request)?;
-        let model = self.model(&request.model, request.version)?;
+        let model = self.model(&request.model, request.version).map_err(|e| {
+            // Before the start-up loads are done a model may be missing only for now: a load
+            // balancer retries elsewhere on UNAVAILABLE (Triton opens no endpoint until then).
+            if self.repository.startup_done() {
+                e
+            } else {
+                Error::unavailable(format!("Server is starting: the start-up model loads are not done ({})", e.message))
+            }
+        })?;
         model.handle.submit(request, reply)?;
         Ok(model)
     }

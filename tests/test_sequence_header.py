@@ -1,7 +1,8 @@
 """Sequence affinity on the wire: the `x-sequence-id` HTTP header / gRPC metadata key, which a
 load balancer hashes to route every turn of a conversation to one replica. When present it must
 name the body's sequence id (HTTP 400 / gRPC INVALID_ARGUMENT otherwise); tritonclient sends it
-through its `headers=` argument."""
+through its `headers=` argument. With it, a turn of a sequence this replica does not hold is
+UNAVAILABLE (the balancer tries the next replica)."""
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -41,10 +42,18 @@ def test_a_different_or_lone_header_is_invalid_and_runs_nothing(server, proto):
         turn(client, proto, 5151, 1, start=True, header="5152")
     assert "x-sequence-id header '5152' does not match the request's sequence_id ('5151')" in info.value.message()
     assert info.value.status() == ("400" if proto is httpclient else "StatusCode.INVALID_ARGUMENT")
-    # Nothing ran: the sequence was never started, so a turn without START is refused.
+    # Nothing ran: the sequence was never started, so a turn without START is refused; with the
+    # header as UNAVAILABLE (another replica may hold it: the balancer retries there), without
+    # it with Triton's INVALID_ARGUMENT.
     with pytest.raises(InferenceServerException) as info:
         turn(client, proto, 5151, 1)
     assert "must specify the START flag" in info.value.message()
+    assert "this replica does not hold the sequence" in info.value.message()
+    assert info.value.status() == ("503" if proto is httpclient else "StatusCode.UNAVAILABLE")
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("accumulate", [value_input(proto, 1)], sequence_id=5151)
+    assert "must specify the START flag" in info.value.message()
+    assert info.value.status() == ("400" if proto is httpclient else "StatusCode.INVALID_ARGUMENT")
     # A header on a request outside any sequence.
     with pytest.raises(InferenceServerException) as info:
         client.infer("identity_fp32", [_fp32(proto)], headers={"x-sequence-id": "9"})

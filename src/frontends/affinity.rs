@@ -4,8 +4,14 @@
 //! present it must name the same sequence as the body's `sequence_id` parameter; a request
 //! without a sequence id, or with another one, is refused (HTTP 400, gRPC INVALID_ARGUMENT), so a
 //! balancer never routes a turn by one id while the server runs it under another.
+//!
+//! With the header, a turn of a sequence that this replica does not hold (no START seen) is
+//! refused with UNAVAILABLE (HTTP 503) instead of Triton's INVALID_ARGUMENT: the balancer then
+//! tries the next replica of its hash ring, which holds the sequence when it started there while
+//! this replica drained or was down. Nothing ran, so the retry is safe.
 
-use tritium_actors::{CorrelationId, Error, InferRequest, Result};
+use tritium_actors::sequence::NO_START;
+use tritium_actors::{CorrelationId, Error, ErrorKind, InferRequest, Result};
 
 /// The header's name (HTTP header names are case-insensitive; gRPC metadata keys are lower case).
 pub const SEQUENCE_ID_HEADER: &str = "x-sequence-id";
@@ -35,6 +41,21 @@ pub fn check_sequence_header<'a>(
         }
     }
     Ok(())
+}
+
+/// Whether `headers` hold the affinity header.
+pub fn has_header<'a>(mut headers: impl Iterator<Item = &'a str>) -> bool {
+    headers.any(|name| name.eq_ignore_ascii_case(SEQUENCE_ID_HEADER))
+}
+
+/// The error a request routed by the header gets for `e`: a turn of a sequence held elsewhere is
+/// UNAVAILABLE here (see the module's doc); any other error is itself.
+pub fn routed_error(e: Error, routed: bool) -> Error {
+    if routed && e.kind == ErrorKind::InvalidArgument && e.message.ends_with(NO_START) {
+        Error::unavailable(format!("{}; this replica does not hold the sequence: retry on another replica", e.message))
+    } else {
+        e
+    }
 }
 
 #[cfg(test)]
@@ -74,5 +95,15 @@ mod tests {
         assert!(check(Some(CorrelationId::U64(42)), &[("x-sequence-id", "042x")]).is_err());
         // Every value must match when the header is repeated.
         assert!(check(Some(CorrelationId::U64(1)), &[("x-sequence-id", "1"), ("x-sequence-id", "2")]).is_err());
+    }
+
+    #[test]
+    fn a_routed_turn_of_an_unknown_sequence_is_unavailable() {
+        let no_start = || Error::invalid(format!("inference request for sequence 3 to model 'm' {NO_START}"));
+        assert_eq!(routed_error(no_start(), true).kind, ErrorKind::Unavailable);
+        assert_eq!(routed_error(no_start(), false).kind, ErrorKind::InvalidArgument);
+        assert_eq!(routed_error(Error::invalid("other"), true).kind, ErrorKind::InvalidArgument);
+        assert!(has_header(["a", "X-Sequence-Id"].into_iter()));
+        assert!(!has_header(["a"].into_iter()));
     }
 }

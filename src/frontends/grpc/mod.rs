@@ -218,7 +218,10 @@ impl GrpcInferenceService for GrpcService {
             let requested = request.outputs.clone();
             // Dropping this future (the client cancelled) closes the reply; the engine then drops
             // the request if it is still queued.
-            let answer = self.server.infer(request).await.or_status().and_then(|(model, response)| {
+            let routed = !affinity.is_empty();
+            let answer = self.server.infer(request).await;
+            let answer = answer.map_err(|e| crate::frontends::affinity::routed_error(e, routed));
+            let answer = answer.or_status().and_then(|(model, response)| {
                 if let Some(t) = &trace {
                     t.record("REQUEST_END");
                     t.record("GRPC_SEND_START");
