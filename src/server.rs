@@ -103,8 +103,17 @@ impl Server {
         !self.shutting_down.load(Relaxed) && !self.drain.is_draining() && self.repository.is_ready()
     }
 
+    /// The model that serves `name` (and `version`). Before the start-up loads are done a model
+    /// may be missing only for now: that is UNAVAILABLE, which a load balancer retries on another
+    /// replica (Triton opens no endpoint until then).
     pub fn model(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
-        self.repository.router().get(name, version)
+        self.repository.router().get(name, version).map_err(|e| {
+            if self.repository.startup_done() {
+                e
+            } else {
+                Error::unavailable(format!("Server is starting: the start-up model loads are not done ({})", e.message))
+            }
+        })
     }
 
     /// Ready when its instances live and, for an ensemble, every composing model is ready (a
@@ -156,15 +165,7 @@ impl Server {
             return Err(Error::unavailable("Server is shutting down: new inference requests are refused"));
         }
         self.drain.admit(&request)?;
-        let model = self.model(&request.model, request.version).map_err(|e| {
-            // Before the start-up loads are done a model may be missing only for now: a load
-            // balancer retries elsewhere on UNAVAILABLE (Triton opens no endpoint until then).
-            if self.repository.startup_done() {
-                e
-            } else {
-                Error::unavailable(format!("Server is starting: the start-up model loads are not done ({})", e.message))
-            }
-        })?;
+        let model = self.model(&request.model, request.version)?;
         model.handle.submit(request, reply)?;
         Ok(model)
     }
