@@ -9,9 +9,10 @@ x-sequence-id header, for HTTP and for gRPC through grpc_pass).
   spreads over all three; the totals equal what was sent.
 - A rolling restart of one replica under conversation load (HTTP and gRPC): SIGTERM drains it,
   it exits, it comes back on the same ports; no turn fails and no new conversation fails after
-  the client's retry."""
+  the client's retry (a refused START is retried under a new sequence id)."""
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -19,11 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, copy_bundled_repo
+from helpers import Server, copy_bundled_repo, wait_until
 from lb import Nginx, nginx_bin
 
 CONVERSATIONS = 1000
@@ -59,6 +61,11 @@ def stats(replica, model):
     """(successes, failures) of `model` in the replica's statistics extension."""
     s = replica.get(f"/v2/models/{model}/stats").json()["model_stats"][0]["inference_stats"]
     return s["success"]["count"], s["fail"]["count"]
+
+
+def live_sequences(replica):
+    text = requests.get(replica.metrics_url, timeout=5).text
+    return float(re.search(r"^tritium_drain_live_sequences (\S+)$", text, re.M).group(1))
 
 
 def value_input(proto, v):
@@ -142,7 +149,7 @@ def test_rolling_restart_of_one_replica_under_conversation_load(cluster):
     stop = threading.Event()
     lock = threading.Lock()
     counts = {"conversations": 0, "turns": 0, "failed_turns": 0, "failed_new": 0, "retried_starts": 0}
-    errors = []
+    errors, retried = [], []
     next_id = [3_000_000]
 
     def new_id():
@@ -154,10 +161,11 @@ def test_rolling_restart_of_one_replica_under_conversation_load(cluster):
         client = client_for(proto, lb)
         rng = random.Random(seed)
         while not stop.is_set():
-            seq, total = new_id(), 0
-            # A new conversation: its START is retried while it is refused as UNAVAILABLE (nginx
-            # has tried the other replicas of the ring by then).
+            # A new conversation: a START refused with UNAVAILABLE (nothing ran: a draining or
+            # down replica, one still loading; over HTTP nginx has tried the next replicas of the
+            # ring already) is retried under a new sequence id, which hashes elsewhere.
             for attempt in range(20):
+                seq, total = new_id(), 0
                 try:
                     v = rng.randint(1, 9)
                     total = turn(client, proto, seq, v, start=True)
@@ -165,19 +173,22 @@ def test_rolling_restart_of_one_replica_under_conversation_load(cluster):
                 except InferenceServerException as e:
                     with lock:
                         counts["retried_starts"] += 1
-                    if attempt == 19 or "UNAVAILABLE" not in str(e.status()) and e.status() != "503":
+                        retried.append((e.status(), e.message()[:160]))
+                    if attempt == 19 or e.status() not in ("StatusCode.UNAVAILABLE", "503"):
                         with lock:
                             counts["failed_new"] += 1
                             errors.append(("start", seq, e.status(), e.message()))
                         total = None
                         break
-                    time.sleep(0.1)
+                    time.sleep(0.05)
             if total is None:
                 continue
-            for t in range(5):
+            # Short and long conversations (the long ones are live through the drain).
+            turns = rng.choice([3, 5, 30])
+            for t in range(turns):
                 v = rng.randint(1, 9)
                 try:
-                    got = turn(client, proto, seq, v, end=t == 4)
+                    got = turn(client, proto, seq, v, end=t == turns - 1)
                     total += v
                     ok = got == total
                 except InferenceServerException as e:
@@ -195,12 +206,14 @@ def test_rolling_restart_of_one_replica_under_conversation_load(cluster):
         client.close()
 
     threads = [threading.Thread(target=worker, args=(p, i)) for i, p in
-               enumerate([httpclient, grpcclient] * 3)]
+               enumerate([httpclient, grpcclient] * 4)]
     for t in threads:
         t.start()
     try:
-        time.sleep(2)
+        time.sleep(1)
         victim = replicas[0]
+        # SIGTERM while the replica holds conversations (the drain has something to keep).
+        wait_until(lambda: live_sequences(victim) >= 2, timeout=30, what="live conversations on replica 0")
         sent = time.monotonic()
         victim.proc.send_signal(signal.SIGTERM)
         code = victim.proc.wait(timeout=40)
@@ -218,7 +231,8 @@ def test_rolling_restart_of_one_replica_under_conversation_load(cluster):
         for t in threads:
             t.join(timeout=60)
     drain_lines = [l for l in log.splitlines() if "drain" in l]
-    print(f"\nrolling restart: {counts}, replica 0 drained and exited in {drained_in:.1f}s; {drain_lines}")
+    print(f"\nrolling restart: {counts}, replica 0 drained and exited in {drained_in:.1f}s; {drain_lines}; "
+          f"starts the client retried: {sorted(set(retried))[:6]}")
     assert counts["failed_turns"] == 0, errors[:5]
     assert counts["failed_new"] == 0, errors[:5]
     assert counts["conversations"] > 20, counts
