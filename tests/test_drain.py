@@ -80,7 +80,7 @@ def test_drain_serves_live_sequences_refuses_new_ones_and_exits_when_they_end(tm
         assert turn(grpc, grpcclient, 12, 2, end=True) == 10
         ended = time.monotonic()
         srv.proc.wait(timeout=10)
-        assert time.monotonic() - ended < 3, "it exits soon after the last sequence ends"
+        assert time.monotonic() - ended < 5, "it exits soon after the last sequence ends (the exit timeout is 20 s)"
         assert srv.stop() == 0, srv.log_tail()
         log = srv.log_tail(20000)
         assert "draining: 2 live sequence(s)" in log, log
@@ -98,7 +98,7 @@ def test_idle_sequences_end_the_drain_when_they_idle_out(tmp_path):
         srv.proc.send_signal(signal.SIGTERM)
         srv.proc.wait(timeout=15)
         took = time.monotonic() - sent
-        assert 1.5 < took < 6, f"exited {took:.1f}s after SIGTERM: the sequence idles out after 2 s"
+        assert 1.5 < took < 10, f"exited {took:.1f}s after SIGTERM: the sequence idles out after 2 s (exit timeout 20 s)"
         assert srv.stop() == 0, srv.log_tail()
         assert "drain done" in srv.log_tail(20000)
     finally:
@@ -114,7 +114,7 @@ def test_the_exit_timeout_cuts_the_drain_short(tmp_path):
         srv.proc.send_signal(signal.SIGTERM)
         srv.proc.wait(timeout=15)
         took = time.monotonic() - sent
-        assert took < 6, f"exited {took:.1f}s after SIGTERM with --exit-timeout-secs 2"
+        assert took < 8, f"exited {took:.1f}s after SIGTERM with --exit-timeout-secs 2 (the idle timeout is 120 s)"
         assert srv.stop() == 0, srv.log_tail()
         assert "drain cut short by --exit-timeout-secs with 1 live sequence(s)" in srv.log_tail(20000)
     finally:
