@@ -46,6 +46,7 @@ fi
 
 PYTHON="$PYTHON" bash "$REPO/scripts/install_libtorch.sh"
 "$VENV/bin/python" "$REPO/model_repository/generate.py"
+"$VENV/bin/python" "$REPO/model_repository/tiny_chat.py"
 "$VENV/bin/python" "$REPO/model_repository/generate_torchscript.py"
 "$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
 "$VENV/bin/python" "$REPO/examples/triton_client_models/generate.py"

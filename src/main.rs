@@ -131,6 +131,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             reuse_port: cli.http_extra.reuse_http_port,
             header_forward: cli.http_extra.http_header_forward_pattern.clone(),
             restrictions: http_restrictions,
+            extra_routes: vec![frontends::generate::routes, frontends::openai::routes],
         };
         let srv = frontends::http::serve(server.clone(), addr, opts)
             .await

@@ -116,6 +116,11 @@ impl Server {
         })
     }
 
+    /// Every ready model version.
+    pub fn models(&self) -> Vec<Arc<LoadedModel>> {
+        self.repository.router().all()
+    }
+
     /// Ready when its instances live and, for an ensemble, every composing model is ready (a
     /// name that is unknown or ambiguous is not ready).
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {

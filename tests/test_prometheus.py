@@ -209,7 +209,8 @@ MUST_HAVE_DATA = {"Request rate", "Failure rate by reason", "Inference rate", "P
                   "Instance executions per second", "Instance restarts", "Scheduler queue and mailbox",
                   "Batcher: items per batch", "Batcher: wait before dispatch (p50, p99)",
                   "Batcher: batch size (p50, p99)", "Sequences: active and backlog",
-                  "Sequences: state bytes and idle releases", "Ensemble step latency (p99)"}
+                  "Sequences: state bytes and idle releases", "Ensemble step latency (p99)",
+                  "Time to first response (p50, p99)", "Requests in flight"}
 PIPELINE_REQUESTS = 2
 
 

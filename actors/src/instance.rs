@@ -79,20 +79,13 @@ fn pin_to(cores: &[usize], instance: &str) {
     if cores.is_empty() {
         return;
     }
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET only writes inside it (cores past
-    // CPU_SETSIZE are skipped), and sched_setaffinity(0, ...) reads it for the calling thread.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        tracing::warn!(
-            "instance '{instance}': cannot pin its thread to cores {cores:?}: {}",
-            std::io::Error::last_os_error()
-        );
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cores.iter().filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU) {
+        set.set(c);
+    }
+    let pinned = rustix::thread::sched_setaffinity(None, &set);
+    if let Err(e) = pinned {
+        tracing::warn!("instance '{instance}': cannot pin its thread to cores {cores:?}: {e}");
     } else {
         tracing::info!("instance '{instance}' runs on cores {cores:?}");
     }
@@ -299,6 +292,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             stats.record_cache_miss(miss.insert(&outputs));
         }
         stats.pending.fetch_sub(1, Relaxed);
+        stats.responses.first.record_us(p.request.received.elapsed());
         let mut response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
         response.times = Some(times);
         p.reply.send(Ok(response));
@@ -319,12 +313,27 @@ fn execute_decoupled(
     // Decoupled models run one request at a time (the batcher never merges them).
     let p = live.into_iter().next().expect("a live request");
     let mut first_sent = false;
-    let mut emit = |outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
+    let mut last_sent: Option<Instant> = None;
+    let mut emit = |mut outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
+        // A response that carries the state outputs sets the sequence's next state (kept before
+        // the response goes out, as for a non-decoupled model): a decoupled sequence model sends
+        // its state with its last response of the turn.
+        if let Some(ticket) = &p.sequence {
+            ticket.absorb(&mut outputs);
+        }
+        let now = Instant::now();
         if !first_sent {
             first_sent = true;
-            stats.record_first_response(p.request.received.elapsed());
+            stats.record_first_response(now.saturating_duration_since(p.request.received));
         }
-        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))
+        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))?;
+        // Only responses that went out count in the response timing.
+        match last_sent {
+            None => stats.responses.first.record_us(now.saturating_duration_since(p.request.received)),
+            Some(last) => stats.responses.between.record_us(now.saturating_duration_since(last)),
+        }
+        last_sent = Some(now);
+        Ok(())
     };
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
     let infer_end = Instant::now();
@@ -343,6 +352,10 @@ fn execute_decoupled(
             stats.pending.fetch_sub(1, Relaxed);
             if !first_sent {
                 stats.record_first_response(p.request.received.elapsed());
+            }
+            if last_sent.is_none() && !p.reply.is_closed() {
+                // The final flag is the request's first (and only) response.
+                stats.responses.first.record_us(p.request.received.elapsed());
             }
             if let Some(trace) = &p.request.trace {
                 trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);

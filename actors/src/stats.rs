@@ -111,6 +111,26 @@ pub struct ModelStats {
     failures: Mutex<BTreeMap<FailureReason, u64>>,
     batches: Mutex<BTreeMap<u64, BatchFigures>>,
     observer: std::sync::OnceLock<Box<dyn StatsObserver>>,
+    /// When a request's responses go out: the first, and the gaps between a decoupled
+    /// request's responses (for time-to-first-token and inter-token figures).
+    pub responses: ResponseTimes,
+}
+
+/// A model's response timing, in the engine's histograms (microseconds): the time from a
+/// request's arrival to its first response (its only one, for a non-decoupled model), and the
+/// time between consecutive responses of one decoupled request (its final flag alone is not a
+/// response).
+#[derive(Debug)]
+pub struct ResponseTimes {
+    pub first: crate::histogram::Histogram,
+    pub between: crate::histogram::Histogram,
+}
+
+impl Default for ResponseTimes {
+    fn default() -> Self {
+        use crate::histogram::{Histogram, LATENCY_US_BOUNDS};
+        ResponseTimes { first: Histogram::new(LATENCY_US_BOUNDS), between: Histogram::new(LATENCY_US_BOUNDS) }
+    }
 }
 
 impl std::fmt::Debug for ModelStats {

@@ -336,3 +336,61 @@ async fn past_the_state_cap_the_longest_idle_sequence_is_evicted_and_told_so() {
     assert_eq!(send(&model, 2, 9, true, true).await.unwrap(), 9, "a new START under the ID starts afresh");
     model.unload().await;
 }
+
+/// Decoupled and stateful: sends IN responses counting on from the state (OUT = ACC_IN + i),
+/// the last with ACC_OUT = ACC_IN + IN, the state of the next request.
+struct Counter;
+
+impl Backend for Counter {
+    fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        Err(Error::unsupported("decoupled"))
+    }
+
+    fn execute_decoupled(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
+    ) -> Result<()> {
+        let get = |n: &str| batch.inputs.iter().find(|t| t.name == n).map(i32s).expect(n)[0];
+        let (n, acc) = (get("IN"), get("ACC_IN"));
+        for i in 1..n {
+            emit(vec![tensor("OUT", vec![1], &[acc + i])])?;
+        }
+        emit(vec![tensor("OUT", vec![1], &[acc + n]), tensor("ACC_OUT", vec![1], &[acc + n])])
+    }
+}
+
+#[actix_rt::test]
+async fn a_decoupled_sequence_model_keeps_the_state_of_its_last_response() {
+    let mut p = policy(1, 0, SequenceStrategy::Direct, Duration::from_secs(5));
+    p.decoupled = true;
+    let factory: Arc<dyn BackendFactory> =
+        Arc::new(|_: &InstanceSpec| -> Result<Box<dyn Backend>> { Ok(Box::new(Counter) as Box<dyn Backend>) });
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), p, factory).await.unwrap();
+    std::mem::forget(engine);
+    let turn = |v: i32, start: bool| {
+        let mut r = InferRequest::new("acc", vec![tensor("IN", vec![1], &[v])]);
+        r.sequence = Some(SequenceFlags { id: CorrelationId::Str("chat".into()), start, end: false });
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        model.submit(r, Reply::Stream(tx)).unwrap();
+        async move {
+            let mut outs = Vec::new();
+            while let Some(resp) = rx.recv().await {
+                let resp = resp.unwrap();
+                assert!(resp.outputs.iter().all(|t| t.name == "OUT"), "the state is not sent to the client");
+                outs.extend(resp.outputs.iter().map(i32s).map(|v| v[0]));
+                if resp.is_final {
+                    break;
+                }
+            }
+            outs
+        }
+    };
+    assert_eq!(turn(3, true).await, vec![1, 2, 3]);
+    assert_eq!(turn(2, false).await, vec![4, 5], "the second turn goes on from the first one's state");
+    assert_eq!(turn(1, true).await, vec![1], "START begins again");
+    let first = model.stats.responses.first.snapshot();
+    let between = model.stats.responses.between.snapshot();
+    assert_eq!((first.count, between.count), (3, 3), "a first response per request, the gaps between the others");
+}

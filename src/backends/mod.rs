@@ -5,6 +5,7 @@
 mod autocomplete;
 pub mod decoupled;
 pub mod identity;
+pub mod llm;
 pub mod onnx;
 pub mod pytorch;
 pub mod text;
@@ -103,6 +104,21 @@ pub fn usable_gpus(config: &ModelConfig) -> usize {
     }
 }
 
+/// ONNX Runtime's session options from a config's `parameters` and instance groups.
+fn onnx_options(config: &ModelConfig) -> Result<onnx::OnnxOptions> {
+    Ok(onnx::OnnxOptions {
+        intra_op_threads: thread_parameter(config, "intra_op_thread_count")?.or_else(|| shared_intra_threads(config)),
+        inter_op_threads: thread_parameter(config, "inter_op_thread_count")?,
+        config_entries: config
+            .parameters
+            .iter()
+            .filter(|(k, _)| k.starts_with("session."))
+            .map(|(k, v)| (k.clone(), v.string_value.trim().to_string()))
+            .collect(),
+        gpu: onnx::OnnxGpu::from_config(config)?,
+    })
+}
+
 /// The factory that makes instances of one version of a normalized, validated config.
 pub fn factory(
     config: &ModelConfig,
@@ -121,18 +137,12 @@ pub fn factory(
                 )));
             }
             onnx::init_runtime(&env.onnxruntime_library())?;
-            let options = onnx::OnnxOptions {
-                intra_op_threads: thread_parameter(config, "intra_op_thread_count")?.or_else(|| shared_intra_threads(config)),
-                inter_op_threads: thread_parameter(config, "inter_op_thread_count")?,
-                config_entries: config
-                    .parameters
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("session."))
-                    .map(|(k, v)| (k.clone(), v.string_value.trim().to_string()))
-                    .collect(),
-                gpu: onnx::OnnxGpu::from_config(config)?,
-            };
-            Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, options)))
+            Ok(Arc::new(onnx::OnnxFactory::new(&config.name, file, onnx_options(config)?)))
+        }
+        "llm" => {
+            onnx::init_runtime(&env.onnxruntime_library())?;
+            let file = model_file(config, model_dir, version, "model.onnx");
+            Ok(Arc::new(llm::LlmFactory::new(config, model_dir, version, file, onnx_options(config)?)?))
         }
         "pytorch" => {
             let file = model_file(config, model_dir, version, "model.pt");
@@ -162,7 +172,7 @@ pub fn factory(
             Ok(Arc::new(triton::TritonFactory::new(config, model_dir, version, &dir, &env.backend_config)?))
         }
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling, and Triton backend libraries in {})",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling, llm, and Triton backend libraries in {})",
             config.name,
             env.backend_directory().display()
         ))),

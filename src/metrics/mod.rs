@@ -65,6 +65,10 @@ fn describe() {
         "nv_cache_miss_duration_per_model",
         "Total cache miss (insert+lookup) duration per model, in microseconds"
     );
+    describe_gauge!(
+        "tritium_inference_in_flight",
+        "Requests accepted and not yet answered (queued or running; a decoupled request until its final response)"
+    );
     describe_gauge!("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes");
     describe_gauge!("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes");
     describe_gauge!("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]");
@@ -151,6 +155,7 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
         // ones an instance runs now.
         let waiting = f.scheduler.mailbox + f.scheduler.queue_len;
         gauge!("nv_inference_pending_request_count", &labels).set(waiting as f64);
+        gauge!("tritium_inference_in_flight", &labels).set(s.pending as f64);
         if config.counter_latencies {
             let us = |(_, ns): (u64, u64)| ns / 1000;
             // Triton adds only successful requests to the request duration (`fail.ns` is in the
@@ -234,12 +239,18 @@ fn refresh(router: &Router, host: &system::HostFigures, config: &MetricsConfig) 
 /// The engine's own histograms: batch sizes, batcher waits, ensemble steps.
 fn histograms(router: &Router, out: &mut String) {
     let (mut sizes, mut delays, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut firsts, mut betweens) = (Vec::new(), Vec::new());
     for model in router.all() {
         let labels = namespaced(
             &model.namespace,
             vec![("model", model.name().to_string()), ("version", model.version().to_string())],
         );
         let s = model.handle.figures.scheduler();
+        let responses = &model.handle.stats.responses;
+        firsts.push((labels.clone(), responses.first.snapshot()));
+        if model.handle.policy.decoupled {
+            betweens.push((labels.clone(), responses.between.snapshot()));
+        }
         sizes.push((labels.clone(), s.batch_size));
         delays.push((labels.clone(), s.batch_delay_us));
         if let Some(figures) = &model.steps {
@@ -262,6 +273,18 @@ fn histograms(router: &Router, out: &mut String) {
         "tritium_batcher_delay_us",
         "How long the oldest request of each batch waited in the batcher before dispatch, in microseconds",
         &delays,
+    );
+    histogram::write(
+        out,
+        "tritium_time_to_first_response_us",
+        "Time from a request's arrival to its first response (a non-decoupled model's only one), in microseconds",
+        &firsts,
+    );
+    histogram::write(
+        out,
+        "tritium_inter_response_us",
+        "Time between consecutive responses of one request of a decoupled model (tokens of a stream), in microseconds",
+        &betweens,
     );
     histogram::write(
         out,

@@ -13,9 +13,7 @@
 mod cuda;
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::FromRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, OnceLock};
 
@@ -44,15 +42,12 @@ pub struct RegionStatus {
 /// Opens the object `key` and checks that it holds `[offset, offset + byte_size)`.
 fn open_region(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<File> {
     let invalid = || Error::invalid(format!("failed to register shared memory region '{name}': invalid args"));
-    let c_key =
-        CString::new(key).map_err(|_| Error::invalid(format!("shared memory key '{key}' contains a NUL byte")))?;
-    // SAFETY: `c_key` is a valid C string; shm_open only reads it.
-    let fd = unsafe { libc::shm_open(c_key.as_ptr(), libc::O_RDWR, 0o600) };
-    if fd < 0 {
-        return Err(Error::internal(format!("Unable to open shared memory region: '{key}'")));
+    if key.contains('\0') {
+        return Err(Error::invalid(format!("shared memory key '{key}' contains a NUL byte")));
     }
-    // SAFETY: `fd` was just opened and nothing else owns it; the File closes it on drop.
-    let file = unsafe { File::from_raw_fd(fd) };
+    let fd = rustix::shm::open(key, rustix::shm::OFlags::RDWR, rustix::fs::Mode::from_bits_truncate(0o600))
+        .map_err(|_| Error::internal(format!("Unable to open shared memory region: '{key}'")))?;
+    let file = File::from(fd);
     let size = file.metadata().map_err(|_| Error::internal(format!("Invalid shared memory region: '{key}'")))?.len();
     let end = offset.checked_add(byte_size).ok_or_else(invalid)?;
     if byte_size == 0 || end > size {

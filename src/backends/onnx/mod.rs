@@ -134,6 +134,11 @@ fn io(file: &Path, name: &str, value_type: &ValueType) -> Result<OnnxIo> {
     }
 }
 
+/// A CPU session of `file` (for backends that drive ONNX Runtime themselves, as `llm`).
+pub(crate) fn open_cpu(file: &Path, options: &OnnxOptions) -> Result<Session> {
+    open(file, options, Vec::new())
+}
+
 /// Reads the inputs and outputs an ONNX file declares (for config auto-complete).
 pub fn inspect(file: &Path) -> Result<(Vec<OnnxIo>, Vec<OnnxIo>)> {
     let options = OnnxOptions { intra_op_threads: Some(1), inter_op_threads: Some(1), ..OnnxOptions::default() };
@@ -173,7 +178,7 @@ struct OnnxBackend {
 }
 
 /// Copies little-endian elements into a typed vector (the data may be unaligned).
-fn le_vec<T: Copy + Default>(data: &[u8]) -> Vec<T> {
+pub(crate) fn le_vec<T: Copy + Default>(data: &[u8]) -> Vec<T> {
     let n = data.len() / std::mem::size_of::<T>();
     let mut out = vec![T::default(); n];
     #[cfg(target_endian = "little")]
@@ -188,7 +193,7 @@ fn le_vec<T: Copy + Default>(data: &[u8]) -> Vec<T> {
 }
 
 /// The little-endian bytes of a typed slice.
-fn le_bytes<T: Copy>(values: &[T]) -> Bytes {
+pub(crate) fn le_bytes<T: Copy>(values: &[T]) -> Bytes {
     // SAFETY: reading the initialized memory of `values` as bytes.
     let raw = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
     Bytes::copy_from_slice(raw)

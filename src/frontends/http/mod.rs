@@ -12,7 +12,7 @@ mod infer_json;
 mod observe;
 pub mod shm;
 mod stats_json;
-mod tensor_json;
+pub mod tensor_json;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpResponse, HttpServer};
 pub use binary::HEADER_LENGTH;
-pub use error::{error_response, HttpError};
+pub use error::{error_response, status_of, HttpError, HttpResult};
 
 use crate::frontends::restricted::{self, Restrictions};
 use crate::server::Server;
@@ -41,6 +41,9 @@ pub struct HttpOptions {
     pub header_forward: Option<regex::Regex>,
     /// `--http-restricted-api`.
     pub restrictions: Restrictions,
+    /// The routes of the frontends served on the same port (Triton's generate extension, the
+    /// OpenAI-compatible endpoints), wired in by `main`.
+    pub extra_routes: Vec<fn(&mut web::ServiceConfig)>,
 }
 
 /// Shared by every handler.
@@ -54,7 +57,8 @@ async fn not_found() -> HttpResponse {
     error::error_response(StatusCode::NOT_FOUND, "Not Found")
 }
 
-async fn method_not_allowed() -> HttpResponse {
+/// Triton's answer to a known path with the wrong method.
+pub async fn method_not_allowed() -> HttpResponse {
     error::error_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
 }
 
@@ -155,12 +159,16 @@ pub async fn serve(
     let state =
         web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes, header_forward: opts.header_forward });
     let restrictions = web::Data::new(opts.restrictions);
+    let extra_routes = opts.extra_routes;
     let srv = HttpServer::new(move || {
-        App::new()
+        let app = App::new()
             .app_data(state.clone())
             .app_data(restrictions.clone())
             .app_data(body::BodyLimit(opts.max_body_bytes))
-            .configure(routes)
+            .configure(routes);
+        extra_routes
+            .iter()
+            .fold(app, |app, r| app.configure(r))
             .default_service(web::to(not_found))
             .wrap(from_fn(check_restricted))
     })

@@ -14,9 +14,7 @@ pub(super) fn clock_anchor() -> (Instant, u64) {
     static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
     *ANCHOR.get_or_init(|| {
         let now = Instant::now();
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime writes into the timespec it is given and nothing else.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
         (now, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
     })
 }
