@@ -77,8 +77,9 @@ where
 
 /// A ModelInfer refused with UNAVAILABLE (nothing ran: a draining server, a sequence held by
 /// another replica, models still loading) goes out with HTTP status 503 beside its
-/// `grpc-status`, which gRPC clients prefer: a proxy that reads only the HTTP status (nginx's
-/// `grpc_next_upstream http_503`) can then retry it on another replica.
+/// `grpc-status`, which gRPC clients prefer: a proxy that reads only the HTTP status (Envoy's
+/// `retriable_status_codes`, say) can then retry it on another replica. nginx cannot: it never
+/// buffers a gRPC request body, so it retries no gRPC call it has sent.
 fn unavailable_as_503(response: &mut Response<Body>) {
     let unavailable = (Code::Unavailable as i32).to_string();
     if response.headers().get("grpc-status").is_some_and(|v| v.as_bytes() == unavailable.as_bytes()) {
