@@ -4,6 +4,7 @@
 mod backends;
 mod cli;
 mod config;
+mod drain;
 mod ensemble;
 mod frontends;
 mod metrics;
@@ -183,7 +184,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cpu: cli.allow_cpu_metrics,
             gpu: cli.allow_gpu_metrics,
         };
-        let srv = metrics::serve_with(repository.clone(), addr, config, host)
+        let srv = metrics::serve_with(repository.clone(), server.drain.clone(), addr, config, host)
             .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
         let handle = srv.handle();
         actix_rt::spawn(srv);
@@ -262,6 +263,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     shutdown.await;
+    let deadline = tokio::time::Instant::now() + exit_timeout;
+    drain(&server, deadline, cli.exit_timeout_secs).await;
+    // What is left of the exit timeout bounds each stop below (at least a second each).
+    let exit_timeout = deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_secs(1));
     server.begin_shutdown();
     // gRPC stops accepting at once; its in-flight calls and streams finish (up to the exit
     // timeout) while HTTP drains alongside.
@@ -289,6 +294,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     observe::trace::manager().shutdown();
     tracing::info!("exiting");
     Ok(())
+}
+
+/// The sequence-aware drain (see `drain`): while the server holds live sequences, it serves only
+/// their turns, until none is left or `deadline`; logs what it served and refused.
+async fn drain(server: &Server, deadline: tokio::time::Instant, exit_timeout_secs: u64) {
+    let live = server.live_sequences();
+    if live == 0 {
+        return;
+    }
+    server.begin_drain();
+    tracing::info!(
+        "draining: {live} live sequence(s); new sequences are refused; exiting when none is left or in {exit_timeout_secs}s"
+    );
+    let mut last_logged = live;
+    let live = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let live = server.live_sequences();
+        if live == 0 || tokio::time::Instant::now() >= deadline {
+            break live;
+        }
+        if live != last_logged {
+            tracing::info!("draining: {live} live sequence(s)");
+            last_logged = live;
+        }
+    };
+    let refused = server.drain.refused();
+    let how = if live == 0 {
+        "done".to_string()
+    } else {
+        format!("cut short by --exit-timeout-secs with {live} live sequence(s)")
+    };
+    tracing::info!(
+        "drain {how}: refused {} sequence start(s) and {} request(s) outside a sequence",
+        refused.starts,
+        refused.stateless
+    );
 }
 
 fn num_workers() -> usize {

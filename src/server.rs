@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tritium_actors::{DataType, Error, InferRequest, InferResponse, Reply, Result, StatsSnapshot};
 
+use crate::drain::Drain;
 use crate::observe::logging::LogView;
 use crate::observe::trace::{TraceValue, TraceView};
 use crate::observe::SettingValue;
@@ -66,11 +67,23 @@ pub struct Server {
     /// `--id`: the `name` of server metadata.
     id: String,
     shutting_down: AtomicBool,
+    /// The sequence-aware drain (see `drain`), shared with the metrics endpoint.
+    pub drain: Arc<Drain>,
 }
 
 impl Server {
     pub fn new(repository: Arc<RepositoryManager>, id: String) -> Self {
-        Server { repository, id, shutting_down: AtomicBool::new(false) }
+        Server { repository, id, shutting_down: AtomicBool::new(false), drain: Arc::default() }
+    }
+
+    /// After this, the server is not ready and serves only the turns of its live sequences.
+    pub fn begin_drain(&self) {
+        self.drain.begin();
+    }
+
+    /// Sequences the server holds (with a slot or waiting for one), over every model.
+    pub fn live_sequences(&self) -> u64 {
+        crate::drain::live_sequences(&self.repository)
     }
 
     /// After this, the server is not ready and refuses new inference requests.
@@ -87,11 +100,20 @@ impl Server {
     }
 
     pub fn is_ready(&self) -> bool {
-        !self.shutting_down.load(Relaxed) && self.repository.is_ready()
+        !self.shutting_down.load(Relaxed) && !self.drain.is_draining() && self.repository.is_ready()
     }
 
+    /// The model that serves `name` (and `version`). Before the start-up loads are done a model
+    /// may be missing only for now: that is UNAVAILABLE, which a load balancer retries on another
+    /// replica (Triton opens no endpoint until then).
     pub fn model(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
-        self.repository.router().get(name, version)
+        self.repository.router().get(name, version).map_err(|e| {
+            if self.repository.startup_done() {
+                e
+            } else {
+                Error::unavailable(format!("Server is starting: the start-up model loads are not done ({})", e.message))
+            }
+        })
     }
 
     /// Every ready model version.
@@ -147,6 +169,7 @@ impl Server {
         if self.shutting_down.load(Relaxed) {
             return Err(Error::unavailable("Server is shutting down: new inference requests are refused"));
         }
+        self.drain.admit(&request)?;
         let model = self.model(&request.model, request.version)?;
         model.handle.submit(request, reply)?;
         Ok(model)

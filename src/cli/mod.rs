@@ -163,7 +163,8 @@ pub struct Cli {
     #[arg(help_heading = "Metrics", long = "metrics-config", action = ArgAction::Append)]
     pub metrics_config: Vec<String>,
 
-    /// Seconds to wait, on SIGINT/SIGTERM, for in-flight requests before exiting.
+    /// Seconds to wait, on SIGINT/SIGTERM, for live sequences to drain and in-flight requests to
+    /// finish before exiting.
     #[arg(help_heading = "Server", long, default_value_t = 30)]
     pub exit_timeout_secs: u64,
 

@@ -1,6 +1,7 @@
 //! The protocol frontends. Each one only decodes requests into the engine's types, calls the
 //! `Server` facade and encodes the answers; none holds model state.
 
+pub mod affinity;
 pub mod binary_mime;
 pub mod classification;
 pub mod forward;

@@ -23,6 +23,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tritium_actors::stats::StatsObserver;
 use tritium_actors::ExitCause;
 
+use crate::drain::Drain;
 use crate::repository::{ModelKey, RepositoryManager, Router};
 
 fn describe() {
@@ -315,8 +316,27 @@ fn cache_gauges(cache: &tritium_actors::cache::ResponseCache) {
     gauge!("nv_cache_insertion_duration").set((c.insertion_ns / 1000) as f64);
 }
 
+/// The sequence-aware drain: whether it runs, the sequences still live, what it refused.
+fn drain_gauges(drain: &Drain, repository: &RepositoryManager) {
+    describe_gauge!("tritium_drain_active", "1 while the server drains (after SIGTERM, until it stops), else 0");
+    describe_gauge!(
+        "tritium_drain_live_sequences",
+        "Sequences the server holds (with a slot or waiting for one), over every model"
+    );
+    describe_counter!(
+        "tritium_drain_refused_total",
+        "Requests the drain refused with UNAVAILABLE: a sequence's START (kind=sequence_start) or a request outside any sequence (kind=stateless)"
+    );
+    gauge!("tritium_drain_active").set(if drain.is_draining() { 1.0 } else { 0.0 });
+    gauge!("tritium_drain_live_sequences").set(crate::drain::live_sequences(repository) as f64);
+    let refused = drain.refused();
+    counter!("tritium_drain_refused_total", &[("kind", "sequence_start")]).absolute(refused.starts);
+    counter!("tritium_drain_refused_total", &[("kind", "stateless")]).absolute(refused.stateless);
+}
+
 fn render(
     repository: &RepositoryManager,
+    drain: &Drain,
     host: &system::HostFigures,
     config: &MetricsConfig,
     latency: &Latency,
@@ -326,6 +346,7 @@ fn render(
     metrics::with_local_recorder(&recorder, || {
         describe();
         refresh(router, host, config);
+        drain_gauges(drain, repository);
         if let Some(cache) = &repository.shared().cache {
             cache_gauges(cache);
         }
@@ -359,13 +380,14 @@ struct Latency {
 
 struct State {
     repository: Arc<RepositoryManager>,
+    drain: Arc<Drain>,
     config: MetricsConfig,
     latency: Latency,
     host: Arc<system::HostFigures>,
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
-    let text = render(&state.repository, &state.host, &state.config, &state.latency);
+    let text = render(&state.repository, &state.drain, &state.host, &state.config, &state.latency);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }
 
@@ -406,6 +428,7 @@ pub struct HostMetrics {
 /// models load: the per-request families of a model are made when it loads (`observer`).
 pub fn serve_with(
     repository: Arc<RepositoryManager>,
+    drain: Arc<Drain>,
     addr: SocketAddr,
     config: MetricsConfig,
     host: HostMetrics,
@@ -418,7 +441,7 @@ pub fn serve_with(
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
-    let state = web::Data::new(State { repository, config, latency, host });
+    let state = web::Data::new(State { repository, drain, config, latency, host });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape)))
         .workers(1)
         .disable_signals()

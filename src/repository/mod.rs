@@ -190,6 +190,11 @@ impl RepositoryManager {
         self.registered.unregister(path)
     }
 
+    /// The start-up loads are done (whatever their outcome).
+    pub fn startup_done(&self) -> bool {
+        self.startup_done.load(Relaxed)
+    }
+
     /// Ready once the start-up loads are done and (with strict readiness) every model that
     /// should be loaded is READY and every loaded version has a live instance (not so while
     /// its supervisor restarts the last one).

@@ -48,6 +48,10 @@ struct Sequence {
     idle_key: Option<(Instant, u64)>,
 }
 
+/// The end of the error for a request of a sequence this model does not hold, without START
+/// (Triton's text); a frontend may recognise it (see Tritium's sequence affinity).
+pub const NO_START: &str = "must specify the START flag on the first request of the sequence";
+
 /// How many evicted correlation IDs are remembered (oldest forgotten first), so that their
 /// next request is told why its sequence is gone.
 const EVICTED_REMEMBERED: usize = 65_536;
@@ -297,10 +301,7 @@ impl SequenceBatcher {
     }
 
     fn no_start(&self, id: &CorrelationId) -> Error {
-        Error::invalid(format!(
-            "inference request for sequence {id} to model '{}' must specify the START flag on the first request of the sequence",
-            self.model
-        ))
+        Error::invalid(format!("inference request for sequence {id} to model '{}' {NO_START}", self.model))
     }
 
     /// A sequence just started: the requests of its id that arrived before its START (held as
@@ -448,7 +449,7 @@ impl SequenceBatcher {
                 while seq.queue.front().is_some_and(|p| !p.request.sequence.as_ref().is_some_and(|f| f.start)) {
                     let p = seq.queue.pop_front().expect("checked");
                     let e = Error::invalid(format!(
-                        "inference request for sequence {id} to model '{}' must specify the START flag on the first request of the sequence",
+                        "inference request for sequence {id} to model '{}' {NO_START}",
                         self.model
                     ));
                     failed.push((p, e));

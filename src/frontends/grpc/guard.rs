@@ -17,7 +17,7 @@ use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic::codegen::Service;
 use tonic::server::NamedService;
-use tonic::Status;
+use tonic::{Code, Status};
 
 use crate::frontends::restricted::{self, Restrictions};
 
@@ -61,8 +61,29 @@ where
             return Box::pin(std::future::ready(Ok(refusal)));
         }
         let limit = self.max_message_bytes;
+        let unary_infer = request.uri().path().ends_with("/ModelInfer");
         let request = request.map(|body| Body::new(MessageLimit::new(body, limit)));
-        Box::pin(self.inner.call(request))
+        let answer = self.inner.call(request);
+        if !unary_infer {
+            return Box::pin(answer);
+        }
+        Box::pin(async move {
+            let mut response = answer.await?;
+            unavailable_as_503(&mut response);
+            Ok(response)
+        })
+    }
+}
+
+/// A ModelInfer refused with UNAVAILABLE (nothing ran: a draining server, a sequence held by
+/// another replica, models still loading) goes out with HTTP status 503 beside its
+/// `grpc-status`, which gRPC clients prefer: a proxy that reads only the HTTP status (Envoy's
+/// `retriable_status_codes`, say) can then retry it on another replica. nginx cannot: it never
+/// buffers a gRPC request body, so it retries no gRPC call it has sent.
+fn unavailable_as_503(response: &mut Response<Body>) {
+    let unavailable = (Code::Unavailable as i32).to_string();
+    if response.headers().get("grpc-status").is_some_and(|v| v.as_bytes() == unavailable.as_bytes()) {
+        *response.status_mut() = tonic::codegen::http::StatusCode::SERVICE_UNAVAILABLE;
     }
 }
 
@@ -151,9 +172,17 @@ where
 
 #[cfg(test)]
 mod tests {
-    use tonic::Code;
-
     use super::*;
+
+    #[test]
+    fn an_unavailable_answer_gets_http_503_and_others_keep_200() {
+        let mut r = Status::unavailable("draining").into_http();
+        unavailable_as_503(&mut r);
+        assert_eq!(r.status(), 503);
+        let mut r = Status::invalid_argument("bad").into_http();
+        unavailable_as_503(&mut r);
+        assert_eq!(r.status(), 200);
+    }
 
     fn framed(len: u32) -> Vec<u8> {
         let mut v = vec![0u8];

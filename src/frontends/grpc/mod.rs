@@ -185,7 +185,14 @@ impl GrpcInferenceService for GrpcService {
             &mut forwarded,
         )
         .or_status()?;
+        let affinity: Vec<Vec<u8>> =
+            (request.metadata().get_all(crate::frontends::affinity::SEQUENCE_ID_HEADER).iter())
+                .map(|v| v.as_bytes().to_vec())
+                .collect();
         let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
+        let header = crate::frontends::affinity::SEQUENCE_ID_HEADER;
+        crate::frontends::affinity::check_sequence_header(&request, affinity.iter().map(|v| (header, v.as_slice())))
+            .or_status()?;
         request.parameters.extend(forwarded);
         let model = self.server.model(&request.model, request.version).or_status()?;
         if model.handle.policy.decoupled {
@@ -211,7 +218,10 @@ impl GrpcInferenceService for GrpcService {
             let requested = request.outputs.clone();
             // Dropping this future (the client cancelled) closes the reply; the engine then drops
             // the request if it is still queued.
-            let answer = self.server.infer(request).await.or_status().and_then(|(model, response)| {
+            let routed = !affinity.is_empty();
+            let answer = self.server.infer(request).await;
+            let answer = answer.map_err(|e| crate::frontends::affinity::routed_error(e, routed));
+            let answer = answer.or_status().and_then(|(model, response)| {
                 if let Some(t) = &trace {
                     t.record("REQUEST_END");
                     t.record("GRPC_SEND_START");

@@ -67,13 +67,18 @@ pub async fn infer_model(
         req.headers().iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
         &mut request.parameters,
     )?;
+    crate::frontends::affinity::check_sequence_header(
+        &request,
+        req.headers().iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+    )?;
+    let routed = crate::frontends::affinity::has_header(req.headers().keys().map(|k| k.as_str()));
     let span = request_span(&request);
     async move {
         tracing::debug!("HTTP infer request received");
         // A client that leaves takes its request with it (out of the queue, or its result).
         let peer = req.conn_data::<super::disconnect::Peer>();
         let answer = tokio::select! {
-            answer = run(state, request, &plan, trace) => answer,
+            answer = run(state, request, &plan, trace, routed) => answer,
             () = super::disconnect::closed(peer) => {
                 tracing::debug!("HTTP client closed the connection; its request is dropped");
                 return Err(Error::cancelled("the client closed the connection").into());
@@ -94,6 +99,7 @@ async fn run(
     mut request: InferRequest,
     plan: &OutputPlan,
     trace: Option<ActiveTrace>,
+    routed: bool,
 ) -> HttpResult<HttpResponse> {
     let request_id = request.id.clone();
     if let Some(t) = &trace {
@@ -101,7 +107,8 @@ async fn run(
         t.record("REQUEST_START");
     }
     let requested = request.outputs.clone();
-    let (model, response) = state.server.infer(request).await?;
+    let (model, response) =
+        state.server.infer(request).await.map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
     if let Some(t) = &trace {
         t.record("REQUEST_END");
     }
