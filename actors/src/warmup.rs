@@ -70,6 +70,7 @@ fn run_sample(policy: &ModelPolicy, sample: &WarmupSample, backend: &mut dyn Bac
             batch_size,
             request: (refs.len() == 1).then(|| refs[0]),
             requests: &refs,
+            cancelled: &[],
         };
         let ran = catch_unwind(AssertUnwindSafe(|| {
             if policy.decoupled {
