@@ -183,7 +183,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cpu: cli.allow_cpu_metrics,
             gpu: cli.allow_gpu_metrics,
         };
-        let srv = metrics::serve_with(repository.clone(), addr, config, host)
+        let srv = metrics::serve_with(repository.clone(), addr, config, host, cli.allow_actors_page)
             .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
         let handle = srv.handle();
         actix_rt::spawn(srv);
