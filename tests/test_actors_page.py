@@ -3,10 +3,13 @@
 figure of the tree equals what /metrics and the statistics extension say of the same actors; an
 instance killed for real shows its restart by cause; bad query parameters get a 400 with Triton's
 `{"error": ...}`; `--allow-actors-page=false` takes both off while /metrics stays; the page is
-self-contained (no address outside the server)."""
+self-contained (no address outside the server), and Debian's chromium, headless, draws the tree
+with the same numbers and highlights a restart."""
 import re
 import shutil
+import subprocess
 import time
+from html.parser import HTMLParser
 
 import pytest
 import requests
@@ -14,6 +17,54 @@ import requests
 from helpers import wait_until
 from test_actor_metrics import ACC_STATE_BYTES, acc_step, pipeline
 from test_metrics import all_stats, scrape
+
+
+CHROMIUM = shutil.which("chromium")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/install_chromium.sh installs it)")
+
+
+def dump_dom(srv) -> str:
+    """The page as headless chromium leaves it after 4 s of its (virtual) time: a few polls."""
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--virtual-time-budget=4000", "--dump-dom", f"http://127.0.0.1:{srv.metrics_port}/actors"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+class Figures(HTMLParser):
+    """Per model section: its classes, and each `data-figure` element's (text, classes), per
+    instance row (or None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.models, self.model, self.instance, self.open = {}, None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section" and "data-model" in a:
+            self.model = self.models.setdefault(a["data-model"], {"class": a.get("class", ""), "figures": {}})
+        if tag == "tr":
+            self.instance = a.get("data-instance")
+        if "data-figure" in a and self.model is not None:
+            self.open = ((self.instance, a["data-figure"]), a.get("class", ""))
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.instance = None
+
+    def handle_data(self, data):
+        if self.open is not None:
+            key, cls = self.open
+            self.model["figures"][key] = (data, cls)
+            self.open = None
+
+
+def page_figures(srv):
+    p = Figures()
+    p.feed(dump_dom(srv))
+    return p.models
 
 
 def actors(srv, query="", status=200):
@@ -141,6 +192,33 @@ def test_the_page_is_served_whole_from_the_binary(srv):
     assert not re.search(r"(src|href)=\"(https?:)?//", page.text)
 
 
+@needs_chromium
+def test_a_real_browser_draws_the_tree_with_the_endpoints_numbers(srv):
+    c = srv.client
+    for seq in (31, 32):  # two live conversations during the page's polls
+        acc_step(c, seq, 5, start=True)
+    for i in range(3):
+        pipeline(c, i)
+    page = page_figures(srv)
+    tree, m = by_name(actors(srv)), scrape(srv)
+    assert set(page) == {n for n, _ in tree}, page.keys()
+    for (name, _), t in tree.items():
+        f = page[name]["figures"]
+        assert "flagged" not in page[name]["class"].split(), (name, page[name])
+        assert f[(None, "success")][0] == str(t["statistics"]["success"])
+        assert f[(None, "batches")][0] == str(t["scheduler"]["batches"])
+        assert f[(None, "restarts")] == ("0", "")
+        assert f[(None, "live")][0] == f"{len(t['instances'])}/{len(t['instances'])} live"
+        for inst in t["instances"]:
+            l = {"model": name, "version": "1", "instance": inst["name"]}
+            assert f[(inst["name"], "executions")][0] == str(inst["executions"])
+            assert int(f[(inst["name"], "executions")][0]) == m["tritium_instance_executions_total"].value(**l)
+    live = page["accumulate"]["figures"][(None, "live_sequences")][0]
+    assert live == "2/8" and m["tritium_sequence_active"].value(model="accumulate", version="1") == 2, live
+    for seq in (31, 32):
+        acc_step(c, seq, 0, end=True)
+
+
 def test_the_flag_turns_the_tree_and_page_off_and_metrics_stay(start_server, repo_copy):
     srv = start_server(repo_copy(["add_sub"]), args=["--allow-actors-page=false"])
     base = f"http://127.0.0.1:{srv.metrics_port}"
@@ -173,5 +251,12 @@ def test_a_restart_shows_by_cause_in_the_tree_and_in_metrics(tmp_path):
             assert inst["restarts"][cause] == m["tritium_instance_restarts_total"].value(cause=cause, **l)
             assert t["supervisor"]["restarts"][cause] == inst["restarts"][cause]
         assert inst["restarts"]["backend_failed"] >= 1, inst
+        if CHROMIUM is not None:  # the page highlights it
+            page = page_figures(srv)["errors"]
+            assert "flagged" in page["class"].split(), page
+            text, cls = page["figures"][(inst["name"], "restarts")]
+            assert text.startswith(f"{inst['restarts']['total']} (") and "alert" in cls, page
+            text, cls = page["figures"][(None, "backend_failed")]
+            assert text == str(t["supervisor"]["restarts"]["backend_failed"]) and "alert" in cls, page
     finally:
         assert srv.stop() == 0, srv.log_tail()

@@ -18,10 +18,13 @@ const KEEP: Duration = Duration::from_secs(61);
 /// A model version: namespace, name, version.
 pub type VersionKey = (String, String, i64);
 
-/// Each model version's samples: (when, busy ns of each instance), oldest first.
+/// One version's samples: (when, busy ns of each instance), oldest first.
+type Ring = VecDeque<(Instant, Vec<u64>)>;
+
+/// Each model version's samples.
 #[derive(Debug, Default)]
 pub struct BusySamples {
-    samples: Mutex<HashMap<VersionKey, VecDeque<(Instant, Vec<u64>)>>>,
+    samples: Mutex<HashMap<VersionKey, Ring>>,
 }
 
 impl BusySamples {

@@ -73,7 +73,7 @@ function model(m) {
   const evicted = m.sequence && m.sequence.evictions > 0;
   const alert = sup.restarts.total > 0 || down || evicted;
   const id = `${m.namespace}/${m.name}/${m.version}`;
-  const box = el("section", { class: "model" + (alert ? " alert" : ""), "data-model": m.name, "data-version": m.version, id },
+  const box = el("section", { class: "model" + (alert ? " flagged" : ""), "data-model": m.name, "data-version": m.version, id },
     el("h2", {}, `${m.namespace ? m.namespace + " " : ""}${m.name} v${m.version}`,
       el("span", { class: "kind" }, m.scheduler_kind + (m.decoupled ? ", decoupled" : ""))),
     el("h3", {}, "supervisor"),
