@@ -14,7 +14,9 @@
 #     (Triton 2.51's libtriton_python.so, triton_python_backend_utils.py, the stubs and the
 #     reference tritonserver) in its own venv at .pytriton/venv, with numpy<2 for the stub (its
 #     pybind11 predates numpy 2), and the Python 3.11 stub copied beside libtriton_python.so
-#     (scripts/setup.sh prints the backend directory; Tritium uses it by default).
+#     (scripts/setup.sh prints the backend directory; Tritium uses it by default);
+#   - Debian's chromium for the headless-browser test of the actor page
+#     (scripts/install_chromium.sh; skipped when `chromium` is on PATH).
 # Idempotent and quiet: when everything is in place it only checks, in well under a second.
 # PYTHON picks the interpreter (default python3.11).
 set -euo pipefail
@@ -70,3 +72,6 @@ if [ ! -x "$PT_BACKEND/triton_python_backend_stub" ]; then
   chmod +x "$PT_BACKEND/triton_python_backend_stub"
 fi
 [ -f "$PT_BACKEND/libtriton_python.so" ] || { echo "setup.sh: $PT_BACKEND/libtriton_python.so is missing after installing nvidia-pytriton==$PYTRITON_VERSION" >&2; exit 1; }
+
+# The headless browser of tests/test_actors_page.py (skipped when already installed).
+command -v chromium >/dev/null 2>&1 || bash "$REPO/scripts/install_chromium.sh"

@@ -184,8 +184,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cpu: cli.allow_cpu_metrics,
             gpu: cli.allow_gpu_metrics,
         };
-        let srv = metrics::serve_with(repository.clone(), server.drain.clone(), addr, config, host)
-            .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
+        let srv =
+            metrics::serve_with(repository.clone(), server.drain.clone(), addr, config, host, cli.allow_actors_page)
+                .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
         let handle = srv.handle();
         actix_rt::spawn(srv);
         tracing::info!("started Metrics Service at {addr}");

@@ -156,6 +156,12 @@ pub struct Cli {
     /// Serve the CPU families (`nv_cpu_*`). Ignored unless --allow-metrics is true.
     #[arg(help_heading = "Metrics", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
     pub allow_cpu_metrics: bool,
+    /// Serve the live actor tree (`GET /v2/actors`, JSON) and its page (`GET /actors`) on the
+    /// metrics port. They show model names and per-instance figures: turn them off where the
+    /// metrics port is reachable by those who should not see them. Ignored unless
+    /// --allow-metrics is true.
+    #[arg(help_heading = "Metrics", long, default_value = "true", value_parser = parse_bool, action = ArgAction::Set)]
+    pub allow_actors_page: bool,
     /// `<setting>=<value>`, repeatable, as Triton: `counter_latencies=false` drops the
     /// `*_duration_us` counters; `summary_latencies=true` adds per-request summaries with
     /// `summary_quantiles=0.5:0.05,0.9:0.01,...`; `histogram_latencies=true` adds the first-response

@@ -6,6 +6,7 @@
 //! per-request families of `--metrics-config` (see `latency`) live in one recorder for the
 //! life of the process and are rendered after them.
 
+mod actors;
 mod gpu;
 mod histogram;
 mod latency;
@@ -425,13 +426,16 @@ pub struct HostMetrics {
 
 /// Installs the recorder and returns the metrics HTTP server (not yet awaited), with the
 /// settings of `--metrics-config` and host figures sampled every `host.interval`. Call it before
-/// models load: the per-request families of a model are made when it loads (`observer`).
+/// models load: the per-request families of a model are made when it loads (`observer`). With
+/// `actors_page`, the same server serves the live actor tree (`/v2/actors`) and its page
+/// (`/actors`).
 pub fn serve_with(
     repository: Arc<RepositoryManager>,
     drain: Arc<Drain>,
     addr: SocketAddr,
     config: MetricsConfig,
     host: HostMetrics,
+    actors_page: bool,
 ) -> anyhow::Result<actix_web::dev::Server> {
     let latency = Latency { recorder: install_latency_recorder(&config)?, first_responses: Arc::default() };
     // Each model version loaded from now on reports its requests to its latency families.
@@ -441,12 +445,19 @@ pub fn serve_with(
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
+    let actors = if actors_page { Some(web::Data::new(actors::ActorsState::start(repository.clone())?)) } else { None };
     let state = web::Data::new(State { repository, drain, config, latency, host });
-    let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape)))
-        .workers(1)
-        .disable_signals()
-        .bind(addr)?
-        .run();
+    let srv = HttpServer::new(move || {
+        let app = App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape));
+        match &actors {
+            Some(a) => app.app_data(a.clone()).configure(actors::routes),
+            None => app,
+        }
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(addr)?
+    .run();
     Ok(srv)
 }
 

@@ -422,7 +422,7 @@ mod tests {
     }
 
     fn batch_of(inputs: &[Tensor]) -> BatchInput<'_> {
-        BatchInput { inputs, outputs: &[], batch_size: 1, request: None, requests: &[] }
+        BatchInput { inputs, outputs: &[], batch_size: 1, request: None, requests: &[], cancelled: &[] }
     }
 
     fn text(s: &str) -> Tensor {

@@ -203,6 +203,8 @@ mod tests {
             scheduler: tritium_actors::policy::SchedulerPolicy::Direct,
             decoupled: false,
             queue_capacity: 16,
+            warmup: Vec::new(),
+            response_cache: false,
         }
     }
 

@@ -1,0 +1,262 @@
+"""The live actor tree, `GET /v2/actors`, and its page, `GET /actors`, on the metrics port (issue
+29): after real load on a sequence model, a dynamically batched model and an ensemble, every
+figure of the tree equals what /metrics and the statistics extension say of the same actors; an
+instance killed for real shows its restart by cause; bad query parameters get a 400 with Triton's
+`{"error": ...}`; `--allow-actors-page=false` takes both off while /metrics stays; the page is
+self-contained (no address outside the server), and Debian's chromium, headless, draws the tree
+with the same numbers and highlights a restart."""
+import re
+import shutil
+import subprocess
+import time
+from html.parser import HTMLParser
+
+import pytest
+import requests
+
+from helpers import wait_until
+from test_actor_metrics import ACC_STATE_BYTES, acc_step, pipeline
+from test_metrics import all_stats, scrape
+
+
+CHROMIUM = shutil.which("chromium")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/install_chromium.sh installs it)")
+
+
+def dump_dom(srv) -> str:
+    """The page as headless chromium leaves it after 4 s of its (virtual) time: a few polls."""
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--virtual-time-budget=4000", "--dump-dom", f"http://127.0.0.1:{srv.metrics_port}/actors"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+class Figures(HTMLParser):
+    """Per model section: its classes, and each `data-figure` element's (text, classes), per
+    instance row (or None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.models, self.model, self.instance, self.open = {}, None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section" and "data-model" in a:
+            self.model = self.models.setdefault(a["data-model"], {"class": a.get("class", ""), "figures": {}})
+        if tag == "tr":
+            self.instance = a.get("data-instance")
+        if "data-figure" in a and self.model is not None:
+            self.open = ((self.instance, a["data-figure"]), a.get("class", ""))
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self.instance = None
+
+    def handle_data(self, data):
+        if self.open is not None:
+            key, cls = self.open
+            self.model["figures"][key] = (data, cls)
+            self.open = None
+
+
+def page_figures(srv):
+    p = Figures()
+    p.feed(dump_dom(srv))
+    return p.models
+
+
+def actors(srv, query="", status=200):
+    r = requests.get(f"http://127.0.0.1:{srv.metrics_port}/v2/actors{query}", timeout=10)
+    assert r.status_code == status, r.text
+    assert r.headers["Content-Type"].startswith("application/json"), r.headers
+    return r.json()
+
+
+def by_name(tree):
+    return {(m["name"], m["version"]): m for m in tree["models"]}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    from helpers import Server, copy_bundled_repo
+    base = tmp_path_factory.mktemp("actors")
+    repo = copy_bundled_repo(base / "models", ["accumulate", "add_sub", "identity_fp32", "add_sub_pipeline"])
+    s = Server(repo, log_dir=base).start()
+    yield s
+    assert s.stop() == 0, s.log_tail()
+
+
+def test_the_tree_agrees_with_metrics_and_statistics_after_load(srv):
+    c = srv.client
+    for seq in (21, 22, 23):  # three live conversations, left open
+        assert acc_step(c, seq, seq, start=True) == seq
+        assert acc_step(c, seq, 1) == seq + 1
+    for i in range(7):
+        pipeline(c, i)
+    tree, m, stats = actors(srv), scrape(srv), all_stats(srv)
+    models = by_name(tree)
+    assert set(models) == {(n, "1") for n in ("accumulate", "add_sub", "identity_fp32", "add_sub_pipeline")}
+    for (name, version), t in models.items():
+        l = {"model": name, "version": version}
+        st = stats[(name, version)]
+        assert t["statistics"]["success"] == int(st["inference_stats"]["success"]["count"])
+        assert t["statistics"]["execution_count"] == int(st["execution_count"])
+        assert t["statistics"]["inference_count"] == int(st["inference_count"])
+        assert t["statistics"]["success"] == m["nv_inference_request_success"].value(**l)
+        s = t["scheduler"]
+        assert s["pending"] == m["nv_inference_pending_request_count"].value(**l) == 0
+        assert s["batches"] == m["tritium_batcher_batches_total"].value(**l)
+        assert s["items"] == m["tritium_batcher_items_total"].value(**l)
+        hist = m["tritium_batcher_batch_size"]
+        assert s["batch_size"]["count"] == hist.value("_count", **l) == s["batches"]
+        assert s["batch_size"]["sum"] == hist.value("_sum", **l) == s["items"]
+        for b in s["batch_size"]["buckets"]:
+            assert b["count"] == hist.value("_bucket", le=f"{b['le']:g}", **l), b
+        sup = t["supervisor"]
+        assert sup["live_instances"] == sup["instances"] == len(t["instances"])
+        assert sup["restarts"]["total"] == 0
+        for inst in t["instances"]:
+            il = {"instance": inst["name"], **l}
+            assert inst["state"] == "READY" and inst["alive"]
+            assert inst["executions"] == m["tritium_instance_executions_total"].value(**il)
+            assert inst["mailbox"] == m["tritium_instance_mailbox_depth"].value(**il)
+            assert inst["busy_us"] == m["tritium_instance_busy_us"].value(**il)
+            for cause in ("load_failed", "backend_failed", "panicked"):
+                assert inst["restarts"][cause] == m["tritium_instance_restarts_total"].value(cause=cause, **il) == 0
+    acc = models[("accumulate", "1")]
+    assert acc["scheduler_kind"] == "sequence_batcher"
+    q = acc["sequence"]
+    labels = {"model": "accumulate", "version": "1"}
+    assert q["strategy"] == "direct" and q["slots"] == 2 * 4  # 2 instances x max_batch_size 4
+    assert q["live"] == 3 == m["tritium_sequence_active"].value(**labels)
+    assert q["backlog"] == 0 == m["tritium_sequence_backlog"].value(**labels)
+    assert q["state_bytes"] == 3 * ACC_STATE_BYTES == m["tritium_sequence_state_bytes"].value(**labels)
+    assert sum(q["slots_used"]) == 3
+    assert [i["sequence_slots_used"] for i in acc["instances"]] == q["slots_used"]
+    assert models[("add_sub", "1")]["sequence"] is None
+    ens = models[("add_sub_pipeline", "1")]
+    assert ens["scheduler_kind"] == "ensemble"
+    steps = ens["ensemble"]["steps"]
+    assert [(s["step"], s["model"], s["latency_us"]["count"]) for s in steps] == [
+        (1, "add_sub", 7), (2, "identity_fp32", 7)]
+    step_hist = m["tritium_ensemble_step_duration_us"]
+    for s in steps:
+        assert s["latency_us"]["sum"] == step_hist.value("_sum", model="add_sub_pipeline", version="1",
+                                                         step=str(s["step"]), step_model=s["model"])
+    for seq in (21, 22, 23):
+        acc_step(c, seq, 0, end=True)
+    q = by_name(actors(srv, "?model=accumulate"))[("accumulate", "1")]["sequence"]
+    assert q["live"] == 0 and q["state_bytes"] == 0 and sum(q["slots_used"]) == 0
+
+
+def test_busy_shares_cover_the_last_second_and_minute(srv):
+    # The sampler takes a sample every 250 ms: after a second and a half both windows have one.
+    time.sleep(1.5)
+    for inst in by_name(actors(srv))[("add_sub", "1")]["instances"]:
+        for w in ("busy_share_1s", "busy_share_60s"):
+            assert inst[w] is not None and 0.0 <= inst[w] <= 1.0, inst
+    # Idle for over a second: the last second's share is back to 0.
+    time.sleep(1.5)
+    assert all(i["busy_share_1s"] == 0 for i in by_name(actors(srv))[("add_sub", "1")]["instances"])
+
+
+def test_the_filter_picks_one_model_and_bad_parameters_get_a_400(srv):
+    tree = actors(srv, "?model=identity_fp32&version=1")
+    assert [(m["name"], m["version"]) for m in tree["models"]] == [("identity_fp32", "1")]
+    for query, says in [
+        ("?modle=x", "unknown query parameter 'modle'"),
+        ("?model=add_sub&version=latest", "'version' must be a positive integer, got 'latest'"),
+        ("?model=add_sub&model=accumulate", "'model' given more than once"),
+        ("?version=1", "'version' needs 'model'"),
+        ("?model=nope", "unknown model: 'nope'"),
+        ("?model=add_sub&version=7", "unknown model: 'add_sub' version 7"),
+    ]:
+        body = actors(srv, query, status=400)
+        assert set(body) == {"error"} and says in body["error"], (query, body)
+    # The server is none the worse.
+    assert actors(srv)["models"]
+
+
+def test_the_page_is_served_whole_from_the_binary(srv):
+    base = f"http://127.0.0.1:{srv.metrics_port}"
+    page = requests.get(f"{base}/actors", timeout=10)
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html"), page.headers
+    assert '<script src="/actors/page.js">' in page.text and 'href="/actors/page.css"' in page.text
+    for path, kind in (("/actors/page.js", "text/javascript"), ("/actors/page.css", "text/css")):
+        r = requests.get(base + path, timeout=10)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith(kind), (path, r.headers)
+        assert not re.search(r"https?://", r.text), f"{path} must not load anything from elsewhere"
+    assert "fetch(\"/v2/actors\"" in requests.get(f"{base}/actors/page.js", timeout=10).text
+    assert not re.search(r"(src|href)=\"(https?:)?//", page.text)
+
+
+@needs_chromium
+def test_a_real_browser_draws_the_tree_with_the_endpoints_numbers(srv):
+    c = srv.client
+    for seq in (31, 32):  # two live conversations during the page's polls
+        acc_step(c, seq, 5, start=True)
+    for i in range(3):
+        pipeline(c, i)
+    page = page_figures(srv)
+    tree, m = by_name(actors(srv)), scrape(srv)
+    assert set(page) == {n for n, _ in tree}, page.keys()
+    for (name, _), t in tree.items():
+        f = page[name]["figures"]
+        assert "flagged" not in page[name]["class"].split(), (name, page[name])
+        assert f[(None, "success")][0] == str(t["statistics"]["success"])
+        assert f[(None, "batches")][0] == str(t["scheduler"]["batches"])
+        assert f[(None, "restarts")] == ("0", "")
+        assert f[(None, "live")][0] == f"{len(t['instances'])}/{len(t['instances'])} live"
+        for inst in t["instances"]:
+            l = {"model": name, "version": "1", "instance": inst["name"]}
+            assert f[(inst["name"], "executions")][0] == str(inst["executions"])
+            assert int(f[(inst["name"], "executions")][0]) == m["tritium_instance_executions_total"].value(**l)
+    live = page["accumulate"]["figures"][(None, "live_sequences")][0]
+    assert live == "2/8" and m["tritium_sequence_active"].value(model="accumulate", version="1") == 2, live
+    for seq in (31, 32):
+        acc_step(c, seq, 0, end=True)
+
+
+def test_the_flag_turns_the_tree_and_page_off_and_metrics_stay(start_server, repo_copy):
+    srv = start_server(repo_copy(["add_sub"]), args=["--allow-actors-page=false"])
+    base = f"http://127.0.0.1:{srv.metrics_port}"
+    for path in ("/v2/actors", "/actors", "/actors/page.js"):
+        assert requests.get(base + path, timeout=10).status_code == 404, path
+    assert requests.get(srv.metrics_url, timeout=10).status_code == 200
+
+
+def test_a_restart_shows_by_cause_in_the_tree_and_in_metrics(tmp_path):
+    """The `errors` Python model's MODE 9 exits its stub process: the supervisor restarts the
+    instance (cause backend_failed)."""
+    pb = pytest.importorskip("test_python_backend")
+    from helpers import Server
+    shutil.copytree(pb.MODELS / "errors", tmp_path / "models" / "errors")
+    srv = Server(tmp_path / "models", log_dir=tmp_path, env=pb.stub_env()).start(timeout=120)
+    try:
+        crash = {"inputs": [{"name": "MODE", "datatype": "INT32", "shape": [1], "data": [9]}]}
+        assert requests.post(f"{srv.base}/v2/models/errors/infer", json=crash, timeout=60).status_code == 500
+
+        def restarted():
+            t = by_name(actors(srv))[("errors", "1")]
+            return t["supervisor"]["restarts"]["total"] >= 1 and t["supervisor"]["live_instances"] == 1
+
+        wait_until(restarted, timeout=60, what="the instance restarted")
+        t = by_name(actors(srv))[("errors", "1")]
+        m = scrape(srv)
+        inst = t["instances"][0]
+        l = {"model": "errors", "version": "1", "instance": inst["name"]}
+        for cause in ("load_failed", "backend_failed", "panicked"):
+            assert inst["restarts"][cause] == m["tritium_instance_restarts_total"].value(cause=cause, **l)
+            assert t["supervisor"]["restarts"][cause] == inst["restarts"][cause]
+        assert inst["restarts"]["backend_failed"] >= 1, inst
+        if CHROMIUM is not None:  # the page highlights it
+            page = page_figures(srv)["errors"]
+            assert "flagged" in page["class"].split(), page
+            text, cls = page["figures"][(inst["name"], "restarts")]
+            assert text.startswith(f"{inst['restarts']['total']} (") and "alert" in cls, page
+            text, cls = page["figures"][(None, "backend_failed")]
+            assert text == str(t["supervisor"]["restarts"]["backend_failed"]) and "alert" in cls, page
+    finally:
+        assert srv.stop() == 0, srv.log_tail()
