@@ -287,6 +287,9 @@ fn num_workers() -> usize {
 
 fn main() {
     let cli = Cli::parse_with_env();
+    // Before any thread starts: what TensorFlow reads from the environment.
+    #[cfg(feature = "tensorflow")]
+    backends::tensorflow::prepare_process(cli.tensorflow_dir.as_deref());
     if let Err(e) = init_observe(&cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

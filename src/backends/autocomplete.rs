@@ -25,6 +25,9 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
     if backend == "pytorch" {
         return pytorch_says_what_is_missing(config, &model_file(config, model_dir, version, "model.pt"));
     }
+    if backend == "tensorflow" {
+        return tensorflow_auto_complete(config, &model_file(config, model_dir, version, "model.savedmodel"));
+    }
     if backend == "python" || super::triton::library_path(&env.backend_directory(), &backend).is_file() {
         return super::triton::auto_complete(config, model_dir, version, &env.backend_directory(), &env.backend_config);
     }
@@ -39,6 +42,22 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
     onnx::init_runtime(&env.onnxruntime_library())?;
     let (inputs, outputs) = onnx::inspect(&file)?;
     complete(config, &inputs, &outputs);
+    Ok(())
+}
+
+/// A SavedModel's config is completed from its serving signature (Triton's TensorFlow backend does
+/// the same); without the `tensorflow` feature the factory says the backend is missing.
+#[cfg(feature = "tensorflow")]
+fn tensorflow_auto_complete(config: &mut ModelConfig, dir: &Path) -> Result<()> {
+    if config.platform == "tensorflow_graphdef" || !dir.is_dir() {
+        // The factory reports it.
+        return Ok(());
+    }
+    super::tensorflow::auto_complete(config, dir)
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn tensorflow_auto_complete(_config: &mut ModelConfig, _dir: &Path) -> Result<()> {
     Ok(())
 }
 

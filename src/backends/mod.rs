@@ -7,6 +7,8 @@ pub mod decoupled;
 pub mod identity;
 pub mod onnx;
 pub mod pytorch;
+#[cfg(feature = "tensorflow")]
+pub mod tensorflow;
 pub mod text;
 pub mod triton;
 
@@ -60,10 +62,11 @@ pub fn backend_name(config: &ModelConfig, version_dir: &Path) -> Option<String> 
     match config.platform.as_str() {
         "onnxruntime_onnx" => return Some("onnxruntime".into()),
         "pytorch_libtorch" => return Some("pytorch".into()),
+        "tensorflow_savedmodel" | "tensorflow_graphdef" => return Some("tensorflow".into()),
         "ensemble" => return None,
         _ => {}
     }
-    [("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.py", "python")]
+    [("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.savedmodel", "tensorflow"), ("model.py", "python")]
         .iter()
         .find(|(file, _)| version_dir.join(file).exists())
         .map(|(_, backend)| backend.to_string())
@@ -145,6 +148,7 @@ pub fn factory(
             }
             Ok(Arc::new(pytorch::PytorchFactory::new(config, file)?))
         }
+        "tensorflow" => tensorflow_factory(config, model_dir, version),
         "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
         "repeat" => Ok(Arc::new(decoupled::RepeatFactory::from_config(config)?)),
         "tokenizer" => {
@@ -162,11 +166,45 @@ pub fn factory(
             Ok(Arc::new(triton::TritonFactory::new(config, model_dir, version, &dir, &env.backend_config)?))
         }
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling, and Triton backend libraries in {})",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, {}identity, repeat, square, tokenizer, pooling, and Triton backend libraries in {})",
             config.name,
+            if cfg!(feature = "tensorflow") { "tensorflow, " } else { "" },
             env.backend_directory().display()
         ))),
     }
+}
+
+/// A SavedModel's factory: `<version>/model.savedmodel/` (or `default_model_filename`), loaded by
+/// each instance; TensorFlow's library is loaded with the first.
+#[cfg(feature = "tensorflow")]
+fn tensorflow_factory(config: &ModelConfig, model_dir: &Path, version: i64) -> Result<Arc<dyn BackendFactory>> {
+    if config.platform == "tensorflow_graphdef" {
+        return Err(Error::unsupported(format!(
+            "model '{}': TensorFlow GraphDef models are not supported; save the model as a SavedModel \
+             (platform \"tensorflow_savedmodel\", <version>/model.savedmodel/)",
+            config.name
+        )));
+    }
+    let dir = model_file(config, model_dir, version, "model.savedmodel");
+    if !dir.join("saved_model.pb").is_file() && !dir.join("saved_model.pbtxt").is_file() {
+        return Err(Error::invalid(format!(
+            "model '{}' version {version}: {} is not a SavedModel folder (no saved_model.pb in it)",
+            config.name,
+            dir.display()
+        )));
+    }
+    tensorflow::ensure_library()?;
+    Ok(Arc::new(tensorflow::TensorflowFactory::new(config, dir)?))
+}
+
+/// Without the `tensorflow` feature a TensorFlow model fails to load, saying how to get one.
+#[cfg(not(feature = "tensorflow"))]
+fn tensorflow_factory(config: &ModelConfig, _model_dir: &Path, _version: i64) -> Result<Arc<dyn BackendFactory>> {
+    Err(Error::unsupported(format!(
+        "model '{}': this Tritium build has no TensorFlow backend; build it with `cargo build --features tensorflow` \
+         (scripts/setup.sh installs TensorFlow; `TENSORFLOW=1 scripts/serve.sh` builds and serves with it)",
+        config.name
+    )))
 }
 
 #[cfg(test)]

@@ -8,13 +8,19 @@ use crate::proto::inference::model_optimization_policy::PinnedMemoryBuffer;
 use crate::proto::inference::ModelOptimizationPolicy;
 
 /// The platform Triton pairs with a backend name, and back.
-const PLATFORMS: &[(&str, &str)] = &[("onnxruntime", "onnxruntime_onnx"), ("pytorch", "pytorch_libtorch")];
+const PLATFORMS: &[(&str, &str)] = &[
+    ("onnxruntime", "onnxruntime_onnx"),
+    ("pytorch", "pytorch_libtorch"),
+    ("tensorflow", "tensorflow_savedmodel"),
+    ("tensorflow", "tensorflow_graphdef"),
+];
 
 /// The model file a backend looks for in a version folder when `default_model_filename` is empty.
 pub fn default_model_filename(backend: &str) -> Option<&'static str> {
     match backend {
         "onnxruntime" => Some("model.onnx"),
         "pytorch" => Some("model.pt"),
+        "tensorflow" => Some("model.savedmodel"),
         "python" => Some("model.py"),
         _ => None,
     }

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Makes the TensorFlow SavedModels of examples/tensorflow_models/ (the repository of bundled
+TensorFlow models that `TENSORFLOW=1 scripts/serve.sh` serves beside model_repository/, and
+that tests/test_tensorflow.py serves). The config.pbtxt files are written by hand and live in
+git; the `model.savedmodel/` folders are git-ignored and made again by this script.
+
+Runs with the tensorflow-cpu of scripts/install_tensorflow.sh:
+
+    .tensorflow/venv/bin/python model_repository/generate_savedmodel.py          # the missing ones
+    .tensorflow/venv/bin/python model_repository/generate_savedmodel.py --force  # all again
+
+Deterministic: every constant comes from a fixed numpy seed, so each model computes the same
+thing on every run (the files' bytes differ: TensorFlow writes fingerprints). Each model is
+loaded back and checked against numpy before it is kept.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TF_MODELS = os.path.join(ROOT, "examples", "tensorflow_models")
+
+# Triton datatype -> TensorFlow dtype, every type Triton maps for TensorFlow.
+TYPES = {
+    "BOOL": tf.bool,
+    "INT8": tf.int8,
+    "INT16": tf.int16,
+    "INT32": tf.int32,
+    "INT64": tf.int64,
+    "UINT8": tf.uint8,
+    "UINT16": tf.uint16,
+    "UINT32": tf.uint32,
+    "UINT64": tf.uint64,
+    "FP16": tf.float16,
+    "BF16": tf.bfloat16,
+    "FP32": tf.float32,
+    "FP64": tf.float64,
+    "STRING": tf.string,
+}
+
+# The scale step of the ensemble (mlp on ONNX -> tf_scale -> torch_mlp on libtorch).
+SCALE_SEED = 27
+
+
+def scale_constants():
+    rng = np.random.default_rng(SCALE_SEED)
+    gain = rng.uniform(0.5, 1.5, size=256).astype(np.float32)
+    bias = rng.uniform(-0.1, 0.1, size=256).astype(np.float32)
+    return gain, bias
+
+
+def add_sub():
+    class AddSub(tf.Module):
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, 16], tf.float32, name="INPUT0"),
+            tf.TensorSpec([None, 16], tf.float32, name="INPUT1"),
+        ])
+        def serve(self, INPUT0, INPUT1):  # noqa: N803 (the signature's keys are Triton's names)
+            return {"OUTPUT0": INPUT0 + INPUT1, "OUTPUT1": INPUT0 - INPUT1}
+
+    def check(fn):
+        a = np.arange(32, dtype=np.float32).reshape(2, 16)
+        b = np.ones((2, 16), np.float32)
+        out = fn(INPUT0=tf.constant(a), INPUT1=tf.constant(b))
+        assert np.array_equal(out["OUTPUT0"].numpy(), a + b)
+        assert np.array_equal(out["OUTPUT1"].numpy(), a - b)
+
+    module = AddSub()
+    return module, module.serve, check
+
+
+def types():
+    """Every datatype in and out unchanged (`<type>_in` -> `<type>_out`), plus the byte length
+    of each BYTES element as TensorFlow sees it (`STRING_len`)."""
+    specs = [tf.TensorSpec([None], dtype, name=f"{name}_in") for name, dtype in TYPES.items()]
+
+    class Types(tf.Module):
+        @tf.function(input_signature=specs)
+        def serve(self, *args):
+            out = {f"{name}_out": tf.identity(arg) for name, arg in zip(TYPES, args)}
+            out["STRING_len"] = tf.strings.length(args[-1], unit="BYTE")
+            return out
+
+    def check(fn):
+        feeds = {f"{name}_in": tf.zeros([2], dtype) if dtype != tf.string else tf.constant([b"a\0b", b"\xff"])
+                 for name, dtype in TYPES.items()}
+        out = fn(**feeds)
+        assert out["STRING_out"].numpy().tolist() == [b"a\0b", b"\xff"]
+        assert out["STRING_len"].numpy().tolist() == [3, 1]
+
+    module = Types()
+    return module, module.serve, check
+
+
+def checked():
+    """sqrt(x), refusing a negative x: TensorFlow's own InvalidArgument at run time."""
+
+    class Checked(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            tf.debugging.assert_non_negative(x, message="x must be non-negative")
+            return {"y": tf.sqrt(x)}
+
+    def check(fn):
+        out = fn(x=tf.constant([[1.0, 4.0, 9.0, 16.0]]))
+        assert np.allclose(out["y"].numpy(), [[1, 2, 3, 4]])
+        try:
+            fn(x=tf.constant([[-1.0, 0, 0, 0]]))
+        except tf.errors.InvalidArgumentError:
+            return
+        raise AssertionError("a negative input was not refused")
+
+    module = Checked()
+    return module, module.serve, check
+
+
+def scale():
+    gain, bias = scale_constants()
+
+    class Scale(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.gain = tf.Variable(gain, trainable=False)
+            self.bias = tf.Variable(bias, trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 256], tf.float32, name="INPUT0")])
+        def serve(self, INPUT0):  # noqa: N803
+            return {"OUTPUT0": tf.nn.relu(INPUT0 * self.gain + self.bias)}
+
+    def check(fn):
+        x = np.linspace(-1, 1, 512, dtype=np.float32).reshape(2, 256)
+        want = np.maximum(x * gain + bias, 0)
+        assert np.allclose(fn(INPUT0=tf.constant(x))["OUTPUT0"].numpy(), want, atol=1e-6)
+
+    module = Scale()
+    return module, module.serve, check
+
+
+MLP_DIMS = [256, 2048, 2048, 256]
+
+
+def mlp_weights():
+    """The ONNX mlp's weights (model_repository/generate.py draws them the same way from seed 7)."""
+    rng = np.random.default_rng(7)
+    layers = []
+    for d_in, d_out in zip(MLP_DIMS, MLP_DIMS[1:]):
+        w = (rng.standard_normal((d_in, d_out)) / np.sqrt(d_in)).astype(np.float32)
+        b = (rng.standard_normal(d_out) * 0.01).astype(np.float32)
+        layers.append((w, b))
+    return layers
+
+
+def mlp():
+    """The ONNX mlp's network and weights (256 -> 2048 -> 2048 -> 256, Relu), for the figures of
+    loadtests/tensorflow.py and a check against the ONNX and TorchScript ones."""
+    layers = mlp_weights()
+
+    class Mlp(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = [(tf.Variable(w, trainable=False), tf.Variable(b, trainable=False)) for w, b in layers]
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 256], tf.float32, name="INPUT0")])
+        def serve(self, INPUT0):  # noqa: N803
+            x = INPUT0
+            for i, (w, b) in enumerate(self.layers):
+                x = tf.matmul(x, w) + b
+                if i < len(self.layers) - 1:
+                    x = tf.nn.relu(x)
+            return {"OUTPUT0": x}
+
+    def check(fn):
+        x = np.random.default_rng(8).standard_normal((4, 256)).astype(np.float32)
+        h = x
+        for i, (w, b) in enumerate(layers):
+            h = h @ w + b
+            if i < len(layers) - 1:
+                h = np.maximum(h, 0)
+        np.testing.assert_allclose(fn(INPUT0=tf.constant(x))["OUTPUT0"].numpy(), h, rtol=1e-3, atol=1e-4)
+
+    module = Mlp()
+    return module, module.serve, check
+
+
+# (model folder, maker); the same SavedModel may serve several configs (tf_autocomplete).
+MODELS = [
+    ("tf_add_sub", add_sub),
+    ("tf_autocomplete", add_sub),
+    ("tf_types", types),
+    ("tf_checked", checked),
+    ("tf_scale", scale),
+    ("tf_mlp", mlp),
+]
+
+
+def save(make, dest):
+    module, fn, check = make()
+    tmp = tempfile.mkdtemp(prefix="savedmodel-", dir=os.path.dirname(dest))
+    path = os.path.join(tmp, "model.savedmodel")
+    try:
+        tf.saved_model.save(module, path, signatures={"serving_default": fn})
+        loaded = tf.saved_model.load(path)
+        check(loaded.signatures["serving_default"])
+        if os.path.exists(dest):
+            shutil.rmtree(dest)
+        os.replace(path, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--force", action="store_true", help="write every model again")
+    args = parser.parse_args()
+    tf.random.set_seed(SCALE_SEED)
+    made = []
+    for name, make in MODELS:
+        dest = os.path.join(TF_MODELS, name, "1", "model.savedmodel")
+        if not args.force and os.path.isfile(os.path.join(dest, "saved_model.pb")):
+            continue
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        save(make, dest)
+        made.append(name)
+    if made:
+        print(f"generate_savedmodel.py: wrote {', '.join(made)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
