@@ -8,9 +8,7 @@ use std::ffi::{c_char, c_void};
 use std::fmt;
 
 use bytes::Bytes;
-use tensorflow::{
-    BFloat16, DataType as TfType, FetchToken, Operation, SessionRunArgs, Tensor as TfTensor, TensorType,
-};
+use tensorflow::{BFloat16, DataType as TfType, FetchToken, Operation, SessionRunArgs, Tensor as TfTensor, TensorType};
 use tensorflow_sys_runtime as sys;
 use tritium_actors::tensor::serialize_bytes;
 use tritium_actors::{DataType, Error, Result, Tensor};
@@ -157,7 +155,9 @@ pub fn to_feed(tensor: &Tensor) -> Result<Feed> {
     let dims: Vec<u64> = tensor
         .shape
         .iter()
-        .map(|d| u64::try_from(*d).map_err(|_| Error::invalid(format!("input '{}' has a negative dimension", tensor.name))))
+        .map(|d| {
+            u64::try_from(*d).map_err(|_| Error::invalid(format!("input '{}' has a negative dimension", tensor.name)))
+        })
         .collect::<Result<_>>()?;
     let count = tritium_actors::tensor::element_count(&tensor.shape)?;
     tensor.check_size()?;
@@ -267,7 +267,9 @@ pub fn take_output(
         .output_data_type(position)
         .ok_or_else(|| Error::internal(format!("model '{model}': TensorFlow gave no output '{name}'")))?;
     let datatype = datatype(tf_type).ok_or_else(|| {
-        Error::internal(format!("model '{model}': output '{name}' has TensorFlow type {tf_type}, which Triton does not map"))
+        Error::internal(format!(
+            "model '{model}': output '{name}' has TensorFlow type {tf_type}, which Triton does not map"
+        ))
     })?;
     macro_rules! numeric {
         ($t:ty) => {{

@@ -3,21 +3,20 @@
 //! through the `tensorflow` crate, with the conventions of Triton's TensorFlow backend (which
 //! Triton dropped after 25.02).
 //!
-//! - The library is loaded at run time, when the first TensorFlow model loads: the
-//!   `libtensorflow.so` in `--tensorflow-dir` (else `$TENSORFLOW_DIR`, else the `.tensorflow/lib`
-//!   that scripts/install_tensorflow.sh makes: links to PyPI's tensorflow-cpu wheel's
-//!   `libtensorflow_cc.so.2`). A binary built with the feature starts and serves every other model
-//!   where TensorFlow is absent; only TensorFlow models then fail to load, saying why.
-//! - Config tensors are named after the serving signature's keys (`signature.rs`); the signature
-//!   is `serving_default` unless the parameter `TF_SIGNATURE_DEF` names another, and the
-//!   MetaGraph's tag is `serve` unless `TF_GRAPH_TAG` says.
+//! - The library is loaded at run time, when the first TensorFlow model loads: the `libtensorflow.so` in
+//!   `--tensorflow-dir` (else `$TENSORFLOW_DIR`, else the `.tensorflow/lib` that
+//!   scripts/install_tensorflow.sh makes: links to PyPI's tensorflow-cpu wheel's `libtensorflow_cc.so.2`). A
+//!   binary built with the feature starts and serves every other model where TensorFlow is absent; only
+//!   TensorFlow models then fail to load, saying why.
+//! - Config tensors are named after the serving signature's keys (`signature.rs`); the signature is
+//!   `serving_default` unless the parameter `TF_SIGNATURE_DEF` names another, and the MetaGraph's tag is
+//!   `serve` unless `TF_GRAPH_TAG` says.
 //! - Threads, with Triton's parameter names: `TF_NUM_INTRA_THREADS`, `TF_NUM_INTER_THREADS` and
-//!   `TF_USE_PER_SESSION_THREADS` go into the session's ConfigProto. Without
-//!   `TF_NUM_INTRA_THREADS`, N instances split the cores (cores / N each). Each session has its
-//!   own intra-op pool (the server sets TensorFlow's `TF_OVERRIDE_GLOBAL_THREADPOOL=1` at start
-//!   unless it is set), so those sizes hold per instance rather than the first session's size
-//!   holding for all. `MAX_SESSION_SHARE_COUNT` (default 1) lets up to that many instances share
-//!   one session, as in Triton.
+//!   `TF_USE_PER_SESSION_THREADS` go into the session's ConfigProto. Without `TF_NUM_INTRA_THREADS`, N
+//!   instances split the cores (cores / N each). Each session has its own intra-op pool (the server sets
+//!   TensorFlow's `TF_OVERRIDE_GLOBAL_THREADPOOL=1` at start unless it is set), so those sizes hold per
+//!   instance rather than the first session's size holding for all. `MAX_SESSION_SHARE_COUNT` (default 1)
+//!   lets up to that many instances share one session, as in Triton.
 //! - TensorFlow runs on the CPU here (PyPI's tensorflow-cpu); KIND_GPU is refused by validation.
 
 mod convert;
@@ -114,7 +113,9 @@ impl TfOptions {
                 .unwrap_or_else(|| default.to_string())
         };
         let threads = |key: &str| -> Result<Option<usize>> {
-            Ok(crate::config::uint_parameter(&config.name, &config.parameters, key)?.filter(|n| *n > 0).map(|n| n as usize))
+            Ok(crate::config::uint_parameter(&config.name, &config.parameters, key)?
+                .filter(|n| *n > 0)
+                .map(|n| n as usize))
         };
         Ok(TfOptions {
             graph_tag: string("TF_GRAPH_TAG", "serve"),
@@ -167,7 +168,8 @@ struct Loaded {
 fn read_signature(model: &str, bundle: &SavedModelBundle, name: &str, tag: &str) -> Result<Signature> {
     let signatures = bundle.meta_graph_def().signatures();
     let Some(def) = signatures.get(name) else {
-        let mut names: Vec<&str> = signatures.keys().map(String::as_str).collect();
+        // `__saved_model_init_op` and the like are TensorFlow's own, not servable signatures.
+        let mut names: Vec<&str> = signatures.keys().map(String::as_str).filter(|n| !n.starts_with("__")).collect();
         names.sort_unstable();
         return Err(Error::invalid(format!(
             "unable to load model '{model}': the SavedModel's MetaGraph tagged '{tag}' has no signature '{name}' \
@@ -203,13 +205,14 @@ fn load(model: &str, dir: &Path, options: &TfOptions) -> Result<Loaded> {
         .set_config(&options.session_config())
         .map_err(|e| Error::internal(format!("model '{model}': TensorFlow refused the session options: {e}")))?;
     let mut graph = Graph::new();
-    let bundle = SavedModelBundle::load(&session_options, [options.graph_tag.as_str()], &mut graph, dir).map_err(|e| {
-        Error::invalid(format!(
-            "unable to load model '{model}': TensorFlow could not load {} as a SavedModel with tag '{}': {e}",
-            dir.display(),
-            options.graph_tag
-        ))
-    })?;
+    let bundle =
+        SavedModelBundle::load(&session_options, [options.graph_tag.as_str()], &mut graph, dir).map_err(|e| {
+            Error::invalid(format!(
+                "unable to load model '{model}': TensorFlow could not load {} as a SavedModel with tag '{}': {e}",
+                dir.display(),
+                options.graph_tag
+            ))
+        })?;
     let signature = read_signature(model, &bundle, &options.signature, &options.graph_tag)?;
     Ok(Loaded { session: bundle.session, graph, signature })
 }
@@ -344,7 +347,8 @@ impl TensorflowBackend {
             )));
         }
         if let Some(shape) = &bound.shape {
-            let fits = shape.len() == tensor.shape.len() && shape.iter().zip(&tensor.shape).all(|(s, t)| *s < 0 || s == t);
+            let fits =
+                shape.len() == tensor.shape.len() && shape.iter().zip(&tensor.shape).all(|(s, t)| *s < 0 || s == t);
             if !fits {
                 return Err(Error::invalid(format!(
                     "model '{}': input '{}' has shape {:?}, the signature expects {:?} (-1: any size)",

@@ -97,16 +97,18 @@ fn compare_dims(model: &str, kind: &str, name: &str, sig: &[i64], dims: &[i64], 
     Ok(())
 }
 
-fn bind(
-    model: &str,
-    kind: &str,
-    name: &str,
+/// A tensor as the config gives it (`data_type` 0: take the signature's).
+struct ConfigTensor {
+    name: String,
     data_type: i32,
-    dims: &[i64],
-    sig: &SigTensor,
-    batching: bool,
+    dims: Vec<i64>,
     check_dims: bool,
-) -> Result<Bound> {
+}
+
+fn bind(model: &str, kind: &str, wanted: &ConfigTensor, sig: &SigTensor, batching: bool) -> Result<Bound> {
+    let ConfigTensor { name, dims, .. } = wanted;
+    let data_type =
+        if wanted.data_type == 0 { sig.datatype.map_or(0, |d| proto_data_type(d) as i32) } else { wanted.data_type };
     let datatype = engine_data_type(data_type)
         .ok_or_else(|| Error::invalid(format!("unable to load model '{model}', {kind} '{name}' has no data_type")))?;
     match sig.datatype {
@@ -127,10 +129,10 @@ fn bind(
             )))
         }
     }
-    if let (Some(shape), true) = (&sig.shape, check_dims) {
+    if let (Some(shape), true) = (&sig.shape, wanted.check_dims) {
         compare_dims(model, kind, name, shape, dims, batching)?;
     }
-    Ok(Bound { name: name.to_string(), op: sig.op.clone(), index: sig.index, datatype, shape: sig.shape.clone() })
+    Ok(Bound { name: name.clone(), op: sig.op.clone(), index: sig.index, datatype, shape: sig.shape.clone() })
 }
 
 impl IoPlan {
@@ -138,32 +140,43 @@ impl IoPlan {
         let model = &config.name;
         let batching = config.max_batch_size > 0;
         let sig = &signature.name;
-        // (name, data_type, dims, check dims): sequence controls and states are fed like inputs.
-        let mut inputs: Vec<(String, i32, Vec<i64>, bool)> = config
+        // Sequence controls and states are fed like inputs.
+        let mut inputs: Vec<ConfigTensor> = config
             .input
             .iter()
             .map(|i| {
                 let dims = i.reshape.as_ref().map(|r| r.shape.clone()).unwrap_or_else(|| i.dims.clone());
-                (i.name.clone(), i.data_type, dims, true)
+                ConfigTensor { name: i.name.clone(), data_type: i.data_type, dims, check_dims: true }
             })
             .collect();
-        let mut outputs: Vec<(String, i32, Vec<i64>, bool)> = config
+        let mut outputs: Vec<ConfigTensor> = config
             .output
             .iter()
             .map(|o| {
                 let dims = o.reshape.as_ref().map(|r| r.shape.clone()).unwrap_or_else(|| o.dims.clone());
-                (o.name.clone(), o.data_type, dims, true)
+                ConfigTensor { name: o.name.clone(), data_type: o.data_type, dims, check_dims: true }
             })
             .collect();
         if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
             // A control's datatype is the one its false/true pair or data_type says; the model's
             // own is taken (data_type 0) and its shape, [1] per item, is the engine's to check.
             for control in &sb.control_input {
-                inputs.push((control.name.clone(), 0, vec![1], false));
+                inputs.push(ConfigTensor {
+                    name: control.name.clone(),
+                    data_type: 0,
+                    dims: vec![1],
+                    check_dims: false,
+                });
             }
             for state in &sb.state {
-                inputs.push((state.input_name.clone(), state.data_type, state.dims.clone(), true));
-                outputs.push((state.output_name.clone(), state.data_type, state.dims.clone(), true));
+                let (data_type, dims) = (state.data_type, state.dims.clone());
+                inputs.push(ConfigTensor {
+                    name: state.input_name.clone(),
+                    data_type,
+                    dims: dims.clone(),
+                    check_dims: true,
+                });
+                outputs.push(ConfigTensor { name: state.output_name.clone(), data_type, dims, check_dims: true });
             }
         }
         if inputs.len() != signature.inputs.len() {
@@ -176,7 +189,8 @@ impl IoPlan {
             )));
         }
         let mut bound_inputs = Vec::with_capacity(inputs.len());
-        for (name, data_type, dims, check) in &inputs {
+        for wanted in &inputs {
+            let name = &wanted.name;
             let sig_tensor = signature.inputs.iter().find(|t| &t.key == name).ok_or_else(|| {
                 Error::invalid(format!(
                     "unable to load model '{model}', unexpected inference input '{name}': signature '{sig}' has no such \
@@ -184,11 +198,11 @@ impl IoPlan {
                     keys(&signature.inputs)
                 ))
             })?;
-            let data_type = if *data_type == 0 { sig_tensor.datatype.map_or(0, |d| proto_data_type(d) as i32) } else { *data_type };
-            bound_inputs.push(bind(model, "input", name, data_type, dims, sig_tensor, batching, *check)?);
+            bound_inputs.push(bind(model, "input", wanted, sig_tensor, batching)?);
         }
         let mut bound_outputs = Vec::with_capacity(outputs.len());
-        for (name, data_type, dims, check) in &outputs {
+        for wanted in &outputs {
+            let name = &wanted.name;
             let sig_tensor = signature.outputs.iter().find(|t| &t.key == name).ok_or_else(|| {
                 Error::invalid(format!(
                     "unable to load model '{model}', configuration specifies output '{name}', which signature '{sig}' \
@@ -196,7 +210,7 @@ impl IoPlan {
                     keys(&signature.outputs)
                 ))
             })?;
-            bound_outputs.push(bind(model, "output", name, *data_type, dims, sig_tensor, batching, *check)?);
+            bound_outputs.push(bind(model, "output", wanted, sig_tensor, batching)?);
         }
         Ok(IoPlan { inputs: bound_inputs, outputs: bound_outputs })
     }
@@ -258,7 +272,10 @@ mod tests {
             &signature(),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("unexpected inference input 'c'") && e.to_string().contains("its inputs: a, b"), "{e}");
+        assert!(
+            e.to_string().contains("unexpected inference input 'c'") && e.to_string().contains("its inputs: a, b"),
+            "{e}"
+        );
         let e = IoPlan::new(
             &config(
                 r#"{"name":"m","max_batch_size":8,"input":[{"name":"a","data_type":"TYPE_FP32","dims":[4]},
@@ -285,7 +302,10 @@ mod tests {
             &signature(),
         )
         .unwrap_err();
-        assert!(e.to_string().contains("input 'a': the model provides shape [-1,4], the configuration expects dims [5]"), "{e}");
+        assert!(
+            e.to_string().contains("input 'a': the model provides shape [-1,4], the configuration expects dims [5]"),
+            "{e}"
+        );
         // Without batching the whole shape is compared, batch dimension included.
         let e = IoPlan::new(
             &config(

@@ -11,9 +11,12 @@ fn config(json: &str) -> ModelConfig {
 }
 
 fn savedmodel(name: &str) -> Option<PathBuf> {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/tensorflow_models").join(name).join("1/model.savedmodel");
-    let library = std::env::var_os(DIR_VARIABLE).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(SETUP_TENSORFLOW_DIR));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/tensorflow_models")
+        .join(name)
+        .join("1/model.savedmodel");
+    let library =
+        std::env::var_os(DIR_VARIABLE).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(SETUP_TENSORFLOW_DIR));
     (dir.join("saved_model.pb").is_file() && library.join("libtensorflow.so").exists()).then_some(dir)
 }
 
@@ -61,7 +64,9 @@ fn instances_split_the_cores_unless_the_config_says() {
     let c = config(r#"{"name":"m","instance_group":[{"count":2}]}"#);
     let cores = std::thread::available_parallelism().unwrap().get();
     assert_eq!(TfOptions::from_config(&c).unwrap().intra_op_threads, Some((cores / 2).max(1)));
-    let c = config(r#"{"name":"m","instance_group":[{"count":2}],"parameters":{"TF_NUM_INTRA_THREADS":{"string_value":"5"}}}"#);
+    let c = config(
+        r#"{"name":"m","instance_group":[{"count":2}],"parameters":{"TF_NUM_INTRA_THREADS":{"string_value":"5"}}}"#,
+    );
     assert_eq!(TfOptions::from_config(&c).unwrap().intra_op_threads, Some(5));
 }
 
@@ -116,16 +121,18 @@ fn bytes_elements_keep_nul_and_invalid_utf8() {
         return;
     };
     let signature = inspect("tf_types", &dir, &config(r#"{"name":"tf_types"}"#)).unwrap();
+    // Not batched: every input is the signature's whole shape, [-1].
     let mut c = config(r#"{"name":"tf_types"}"#);
-    super::super::autocomplete::complete(
-        &mut c,
-        &signature
-            .inputs
-            .iter()
-            .map(|t| super::super::onnx::OnnxIo { name: t.key.clone(), datatype: t.datatype.unwrap(), shape: t.shape.clone().unwrap() })
-            .collect::<Vec<_>>(),
-        &[],
-    );
+    c.input = signature
+        .inputs
+        .iter()
+        .map(|t| crate::config::ModelInput {
+            name: t.key.clone(),
+            data_type: crate::config::proto_data_type(t.datatype.unwrap()) as i32,
+            dims: t.shape.clone().unwrap(),
+            ..Default::default()
+        })
+        .collect();
     c.output = Vec::new();
     let strings: Vec<&[u8]> = vec![b"he\0llo", b"\xff\xfe\0 not utf-8", b"", &[b'x'; 100]];
     let mut inputs: Vec<Tensor> = c
