@@ -226,4 +226,23 @@ mod tests {
         config.instance_group = vec![ModelInstanceGroup { count: 2, ..Default::default() }];
         assert_eq!(shared_intra_threads(&config), Some((cores / 2).max(1)));
     }
+
+    #[test]
+    fn a_savedmodel_folder_or_a_tensorflow_platform_means_the_tensorflow_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("model.savedmodel")).unwrap();
+        let config = ModelConfig { name: "m".into(), ..Default::default() };
+        assert_eq!(backend_name(&config, dir.path()).as_deref(), Some("tensorflow"));
+        let config = ModelConfig { name: "m".into(), platform: "tensorflow_graphdef".into(), ..Default::default() };
+        assert_eq!(backend_name(&config, Path::new("/nonexistent")).as_deref(), Some("tensorflow"));
+    }
+
+    #[cfg(not(feature = "tensorflow"))]
+    #[test]
+    fn without_the_feature_a_tensorflow_model_is_told_how_to_get_one() {
+        let config = ModelConfig { name: "m".into(), backend: "tensorflow".into(), ..Default::default() };
+        let e = factory(&config, Path::new("/nonexistent"), 1, &BackendEnv::default()).err().unwrap();
+        assert_eq!(e.kind, tritium_actors::ErrorKind::Unsupported);
+        assert!(e.message.contains("has no TensorFlow backend") && e.message.contains("--features tensorflow"), "{e}");
+    }
 }

@@ -111,4 +111,19 @@ mod tests {
         assert_eq!(config.instance_group[0].name, "mine");
         assert_eq!(config.instance_group[0].count, 3);
     }
+
+    #[test]
+    fn tensorflow_pairs_with_savedmodel_and_both_platforms_name_it() {
+        let mut config = ModelConfig { name: "m".into(), backend: "tensorflow".into(), ..Default::default() };
+        normalize(&mut config, 0);
+        assert_eq!(
+            (config.platform.as_str(), config.default_model_filename.as_str()),
+            ("tensorflow_savedmodel", "model.savedmodel")
+        );
+        for platform in ["tensorflow_savedmodel", "tensorflow_graphdef"] {
+            let mut config = ModelConfig { name: "m".into(), platform: platform.into(), ..Default::default() };
+            normalize(&mut config, 0);
+            assert_eq!((config.backend.as_str(), config.platform.as_str()), ("tensorflow", platform));
+        }
+    }
 }
