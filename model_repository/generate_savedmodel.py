@@ -191,6 +191,64 @@ def mlp():
     return module, module.serve, check
 
 
+KWS_LABELS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go", "_silence_", "_unknown_"]
+KWS_SEED = 2027
+
+
+def keyword_spotter():
+    """A small keyword-spotting network (the speech part of the seed's customer-service example):
+    one second of 16 kHz audio -> log-mel features (40 ms frames every 20 ms, 40 mel bins
+    between 20 Hz and 7.6 kHz: 49 x 40) computed in the graph with tf.signal -> two 3x3
+    convolutions -> global average pooling -> 12 keyword logits. Its weights are synthetic
+    (He-initialised from numpy seed 2027; no registry package carries trained ones), so the
+    labels it picks mean nothing: it exercises the serving path with a real speech front end."""
+    rng = np.random.default_rng(KWS_SEED)
+
+    def he(shape, fan_in):
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+    w1, b1 = he((3, 3, 1, 8), 9), np.zeros(8, np.float32)
+    w2, b2 = he((3, 3, 8, 16), 72), np.zeros(16, np.float32)
+    w3, b3 = he((16, len(KWS_LABELS)), 16), (rng.standard_normal(len(KWS_LABELS)) * 0.01).astype(np.float32)
+    mel = tf.signal.linear_to_mel_weight_matrix(40, 513, 16000, 20.0, 7600.0)
+
+    class Kws(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = [tf.Variable(v, trainable=False) for v in (w1, b1, w2, b2, w3, b3)]
+            self.mel = tf.Variable(mel, trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 16000], tf.float32, name="AUDIO")])
+        def serve(self, AUDIO):  # noqa: N803
+            spec = tf.abs(tf.signal.stft(AUDIO, frame_length=640, frame_step=320, fft_length=1024))
+            logmel = tf.math.log(tf.tensordot(spec, self.mel, 1) + 1e-6)  # [B, 49, 40]
+            x = tf.expand_dims(logmel, -1)
+            w1_, b1_, w2_, b2_, w3_, b3_ = self.w
+            x = tf.nn.relu(tf.nn.conv2d(x, w1_, 1, "SAME") + b1_)
+            x = tf.nn.max_pool2d(x, 2, 2, "SAME")
+            x = tf.nn.relu(tf.nn.conv2d(x, w2_, 1, "SAME") + b2_)
+            x = tf.reduce_mean(x, axis=[1, 2])
+            logits = tf.matmul(x, w3_) + b3_
+            return {"LOGMEL": logmel, "LOGITS": logits, "KEYWORD": tf.expand_dims(tf.argmax(logits, axis=1), 1)}
+
+    def check(fn):
+        audio = kws_audio(2)
+        out = fn(AUDIO=tf.constant(audio))
+        assert out["LOGMEL"].shape == (2, 49, 40) and out["LOGITS"].shape == (2, len(KWS_LABELS))
+        assert np.all(np.isfinite(out["LOGITS"].numpy()))
+
+    module = Kws()
+    return module, module.serve, check
+
+
+def kws_audio(n, seed=5):
+    """n deterministic one-second clips: a tone per clip with a little noise (tests use it too)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(16000, dtype=np.float32) / 16000
+    clips = [0.5 * np.sin(2 * np.pi * (220 + 110 * i) * t) + 0.01 * rng.standard_normal(16000) for i in range(n)]
+    return np.stack(clips).astype(np.float32)
+
+
 # (model folder, maker); the same SavedModel may serve several configs (tf_autocomplete).
 MODELS = [
     ("tf_add_sub", add_sub),
@@ -199,6 +257,7 @@ MODELS = [
     ("tf_checked", checked),
     ("tf_scale", scale),
     ("tf_mlp", mlp),
+    ("keyword_spotter", keyword_spotter),
 ]
 
 

@@ -10,6 +10,7 @@ A binary built without the feature skips this module, except under CI (CI=true),
 .ci/run builds with the feature."""
 import os
 import shutil
+import subprocess
 import threading
 
 import ml_dtypes
@@ -22,7 +23,8 @@ from tritonclient.utils import InferenceServerException
 from helpers import BUNDLED_REPO, REPO_ROOT, Server, wait_until
 
 TF_REPO = REPO_ROOT / "examples" / "tensorflow_models"
-TF_MODELS = ["tf_add_sub", "tf_autocomplete", "tf_types", "tf_checked", "tf_scale", "tf_mlp", "mlp_three_frameworks"]
+TF_MODELS = ["tf_add_sub", "tf_autocomplete", "tf_types", "tf_checked", "tf_scale", "tf_mlp", "keyword_spotter",
+             "mlp_three_frameworks"]
 # Models of model_repository/ served beside them: the ensemble's ONNX and PyTorch steps, and a
 # TorchScript model for the two-framework load test.
 OTHER_MODELS = ["mlp", "torch_mlp", "torch_add_sub", "add_sub"]
@@ -230,6 +232,47 @@ def test_tf_mlp_computes_what_the_onnx_mlp_does(tf_server):
     want = tf_server.client.infer("mlp", [t]).as_numpy("OUTPUT0")
     got = tf_server.client.infer("tf_mlp", [t]).as_numpy("OUTPUT0")
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+REFERENCE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import tensorflow as tf
+from generate_savedmodel import kws_audio
+audio = kws_audio(3, seed=11)
+fn = tf.saved_model.load(sys.argv[2]).signatures["serving_default"]
+out = fn(AUDIO=tf.constant(audio))
+np.savez(sys.argv[3], audio=audio, **{k: v.numpy() for k, v in out.items()})
+"""
+
+
+def test_keyword_spotter_matches_tensorflow_in_process(tf_server, tmp_path):
+    """The served keyword spotter (log-mel features computed in the graph, two convolutions)
+    against the same SavedModel called in-process by TensorFlow itself, over HTTP and gRPC."""
+    ref = tmp_path / "ref.npz"
+    subprocess.run([str(REPO_ROOT / ".tensorflow" / "venv" / "bin" / "python"), "-c", REFERENCE,
+                    str(REPO_ROOT / "model_repository"),
+                    str(TF_REPO / "keyword_spotter" / "1" / "model.savedmodel"), str(ref)],
+                   check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True)
+    want = np.load(ref)
+    audio = want["audio"]
+    labels = (TF_REPO / "keyword_spotter" / "labels.txt").read_text().split()
+    for proto in (httpclient, grpcclient):
+        client = tf_server.client if proto is httpclient else grpcclient.InferenceServerClient(tf_server.grpc_url)
+        t = proto.InferInput("AUDIO", list(audio.shape), "FP32")
+        t.set_data_from_numpy(audio)
+        res = client.infer("keyword_spotter", [t])
+        np.testing.assert_allclose(res.as_numpy("LOGMEL"), want["LOGMEL"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(res.as_numpy("LOGITS"), want["LOGITS"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(res.as_numpy("KEYWORD"), want["KEYWORD"])
+        # The classification extension names the top keyword from labels.txt.
+        top = proto.InferRequestedOutput("LOGITS", class_count=1)
+        res = client.infer("keyword_spotter", [t], outputs=[top])
+        got = [row[0].decode() if isinstance(row[0], bytes) else row[0] for row in res.as_numpy("LOGITS")]
+        assert [g.split(":")[-1] for g in got] == [labels[int(k)] for k in want["KEYWORD"][:, 0]], got
+        if proto is grpcclient:
+            client.close()
 
 
 def test_torchscript_and_savedmodel_under_load_in_one_process(tf_server):
