@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TensorFlow's own in-process call of a SavedModel, the ceiling for loadtests/tensorflow.py:
+"""TensorFlow's own in-process call of a SavedModel, the ceiling for loadtests/tf_backend.py:
 the serving signature run through a TensorFlow session (`tf.compat.v1.Session.run`, the path
 TensorFlow's C API `TF_SessionRun` takes too), one caller, no server, no client, TensorFlow's
 default threads (what one Tritium instance without TF_NUM_INTRA_THREADS gets). Prints one JSON

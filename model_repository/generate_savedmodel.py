@@ -161,7 +161,7 @@ def mlp_weights():
 
 def mlp():
     """The ONNX mlp's network and weights (256 -> 2048 -> 2048 -> 256, Relu), for the figures of
-    loadtests/tensorflow.py and a check against the ONNX and TorchScript ones."""
+    loadtests/tf_backend.py and a check against the ONNX and TorchScript ones."""
     layers = mlp_weights()
 
     class Mlp(tf.Module):

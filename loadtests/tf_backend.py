@@ -13,7 +13,7 @@
 Every repeat runs every subject; medians and min-max over repeats. Every perf_analyzer run must
 exit 0 with no error line and leave the server's failure counts unchanged.
 
-  .venv/bin/python loadtests/tensorflow.py [--repeats 3] --server target/release/tritium
+  .venv/bin/python loadtests/tf_backend.py [--repeats 3] --server target/release/tritium
 
 Needs loadtests/setup.sh (perf_analyzer), scripts/setup.sh (TensorFlow and the SavedModels) and
 a release build with the feature (`cargo build --release --locked -p tritium --features
@@ -59,7 +59,7 @@ def main():
     for m in ("tf_mlp/1/model.savedmodel/saved_model.pb",):
         if not os.path.exists(os.path.join(TF_REPO, m)):
             sys.exit(f"{TF_REPO}/{m} missing: run scripts/setup.sh")
-    out_dir, _ = common.make_out_dir(args, "tensorflow")
+    out_dir, _ = common.make_out_dir(args, "tf_backend")
     header = common.run_header(args)
     runs, failures, ceilings = [], [], []
 
