@@ -10,6 +10,10 @@
 #   - libtorch for the PyTorch backend at .libtorch (scripts/install_libtorch.sh: the CPU
 #     libraries and headers of PyPI's torch wheel) and the bundled TorchScript files
 #     (model_repository/generate_torchscript.py);
+#   - TensorFlow for the TensorFlow backend (cargo feature `tensorflow`) at .tensorflow
+#     (scripts/install_tensorflow.sh: PyPI's tensorflow-cpu==2.21.0 in its own venv, about
+#     1.6 GB, and links to its C API library) and the SavedModels of examples/tensorflow_models/
+#     (model_repository/generate_savedmodel.py); TENSORFLOW=0 leaves both out;
 #   - Triton's Python backend for `backend: "python"` models: the PyPI wheel nvidia-pytriton
 #     (Triton 2.51's libtriton_python.so, triton_python_backend_utils.py, the stubs and the
 #     reference tritonserver) in its own venv at .pytriton/venv, with numpy<2 for the stub (its
@@ -52,6 +56,17 @@ PYTHON="$PYTHON" bash "$REPO/scripts/install_libtorch.sh"
 "$VENV/bin/python" "$REPO/model_repository/generate_torchscript.py"
 "$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
 "$VENV/bin/python" "$REPO/examples/triton_client_models/generate.py"
+
+if [ "${TENSORFLOW:-1}" != 0 ]; then
+  PYTHON="$PYTHON" bash "$REPO/scripts/install_tensorflow.sh"
+  # Importing TensorFlow takes seconds: run the maker only when a SavedModel is missing.
+  for version in "$REPO"/examples/tensorflow_models/tf_*/1; do
+    if [ ! -f "$version/model.savedmodel/saved_model.pb" ]; then
+      "$REPO/.tensorflow/venv/bin/python" "$REPO/model_repository/generate_savedmodel.py"
+      break
+    fi
+  done
+fi
 
 # Triton's Python backend (see above). The library stays where the wheel puts it: its RPATH
 # finds the wheel's bundled libraries from there.

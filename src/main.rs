@@ -341,6 +341,9 @@ fn main() {
     let cli = Cli::parse_with_env();
     // Before any thread starts: the environment the Python backend's stubs inherit.
     let venv = backends::setup_venv_first_on_path(cli.resources.backend_directory.as_deref().map(std::path::Path::new));
+    // And what TensorFlow reads from the environment.
+    #[cfg(feature = "tensorflow")]
+    backends::tensorflow::prepare_process(cli.tensorflow_dir.as_deref());
     if let Err(e) = init_observe(&cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

@@ -34,6 +34,10 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
         pytorch_says_what_is_missing(config, &model_file(config, model_dir, version, "model.pt"))?;
         return Ok(Completed::default());
     }
+    if backend == "tensorflow" {
+        tensorflow_auto_complete(config, &model_file(config, model_dir, version, "model.savedmodel"))?;
+        return Ok(Completed::default());
+    }
     if backend == "python" || super::triton::library_path(&env.backend_directory(), &backend).is_file() {
         let backend =
             super::triton::auto_complete(config, model_dir, version, &env.backend_directory(), &env.backend_config)?;
@@ -51,6 +55,22 @@ pub fn autocomplete(config: &mut ModelConfig, model_dir: &Path, version: i64, en
     let (inputs, outputs) = onnx::inspect(&file)?;
     complete(config, &inputs, &outputs);
     Ok(Completed::default())
+}
+
+/// A SavedModel's config is completed from its serving signature (Triton's TensorFlow backend does
+/// the same); without the `tensorflow` feature the factory says the backend is missing.
+#[cfg(feature = "tensorflow")]
+fn tensorflow_auto_complete(config: &mut ModelConfig, dir: &Path) -> Result<()> {
+    if config.platform == "tensorflow_graphdef" || !dir.is_dir() {
+        // The factory reports it.
+        return Ok(());
+    }
+    super::tensorflow::auto_complete(config, dir)
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn tensorflow_auto_complete(_config: &mut ModelConfig, _dir: &Path) -> Result<()> {
+    Ok(())
 }
 
 /// Triton cannot complete a PyTorch config (a TorchScript file does not declare its tensors'

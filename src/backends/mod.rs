@@ -8,6 +8,8 @@ pub mod identity;
 pub mod llm;
 pub mod onnx;
 pub mod pytorch;
+#[cfg(feature = "tensorflow")]
+pub mod tensorflow;
 pub mod text;
 pub mod triton;
 
@@ -95,10 +97,11 @@ pub fn backend_name(config: &ModelConfig, version_dir: &Path) -> Option<String> 
     match config.platform.as_str() {
         "onnxruntime_onnx" => return Some("onnxruntime".into()),
         "pytorch_libtorch" => return Some("pytorch".into()),
+        "tensorflow_savedmodel" | "tensorflow_graphdef" => return Some("tensorflow".into()),
         "ensemble" => return None,
         _ => {}
     }
-    [("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.py", "python")]
+    [("model.onnx", "onnxruntime"), ("model.pt", "pytorch"), ("model.savedmodel", "tensorflow"), ("model.py", "python")]
         .iter()
         .find(|(file, _)| version_dir.join(file).exists())
         .map(|(_, backend)| backend.to_string())
@@ -189,6 +192,7 @@ pub fn factory(
             }
             Ok(Arc::new(pytorch::PytorchFactory::new(config, file)?))
         }
+        "tensorflow" => tensorflow_factory(config, model_dir, version),
         "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
         "repeat" => Ok(Arc::new(decoupled::RepeatFactory::from_config(config)?)),
         "tokenizer" => {
@@ -206,11 +210,45 @@ pub fn factory(
             Ok(Arc::new(triton::TritonFactory::new(config, model_dir, version, &dir, &env.backend_config)?))
         }
         other => Err(Error::unsupported(format!(
-            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, identity, repeat, square, tokenizer, pooling, llm, and Triton backend libraries in {})",
+            "model '{}': backend '{other}' is not available in this Tritium build (available: onnxruntime, pytorch, {}identity, repeat, square, tokenizer, pooling, llm, and Triton backend libraries in {})",
             config.name,
+            if cfg!(feature = "tensorflow") { "tensorflow, " } else { "" },
             env.backend_directory().display()
         ))),
     }
+}
+
+/// A SavedModel's factory: `<version>/model.savedmodel/` (or `default_model_filename`), loaded by
+/// each instance; TensorFlow's library is loaded with the first.
+#[cfg(feature = "tensorflow")]
+fn tensorflow_factory(config: &ModelConfig, model_dir: &Path, version: i64) -> Result<Arc<dyn BackendFactory>> {
+    if config.platform == "tensorflow_graphdef" {
+        return Err(Error::unsupported(format!(
+            "model '{}': TensorFlow GraphDef models are not supported; save the model as a SavedModel \
+             (platform \"tensorflow_savedmodel\", <version>/model.savedmodel/)",
+            config.name
+        )));
+    }
+    let dir = model_file(config, model_dir, version, "model.savedmodel");
+    if !dir.join("saved_model.pb").is_file() && !dir.join("saved_model.pbtxt").is_file() {
+        return Err(Error::invalid(format!(
+            "model '{}' version {version}: {} is not a SavedModel folder (no saved_model.pb in it)",
+            config.name,
+            dir.display()
+        )));
+    }
+    tensorflow::ensure_library()?;
+    Ok(Arc::new(tensorflow::TensorflowFactory::new(config, dir)?))
+}
+
+/// Without the `tensorflow` feature a TensorFlow model fails to load, saying how to get one.
+#[cfg(not(feature = "tensorflow"))]
+fn tensorflow_factory(config: &ModelConfig, _model_dir: &Path, _version: i64) -> Result<Arc<dyn BackendFactory>> {
+    Err(Error::unsupported(format!(
+        "model '{}': this Tritium build has no TensorFlow backend; build it with `cargo build --features tensorflow` \
+         (scripts/setup.sh installs TensorFlow; `TENSORFLOW=1 scripts/serve.sh` builds and serves with it)",
+        config.name
+    )))
 }
 
 #[cfg(test)]
@@ -240,5 +278,24 @@ mod tests {
         let cores = std::thread::available_parallelism().unwrap().get();
         config.instance_group = vec![ModelInstanceGroup { count: 2, ..Default::default() }];
         assert_eq!(shared_intra_threads(&config), Some((cores / 2).max(1)));
+    }
+
+    #[test]
+    fn a_savedmodel_folder_or_a_tensorflow_platform_means_the_tensorflow_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("model.savedmodel")).unwrap();
+        let config = ModelConfig { name: "m".into(), ..Default::default() };
+        assert_eq!(backend_name(&config, dir.path()).as_deref(), Some("tensorflow"));
+        let config = ModelConfig { name: "m".into(), platform: "tensorflow_graphdef".into(), ..Default::default() };
+        assert_eq!(backend_name(&config, Path::new("/nonexistent")).as_deref(), Some("tensorflow"));
+    }
+
+    #[cfg(not(feature = "tensorflow"))]
+    #[test]
+    fn without_the_feature_a_tensorflow_model_is_told_how_to_get_one() {
+        let config = ModelConfig { name: "m".into(), backend: "tensorflow".into(), ..Default::default() };
+        let e = factory(&config, Path::new("/nonexistent"), 1, &BackendEnv::default()).err().unwrap();
+        assert_eq!(e.kind, tritium_actors::ErrorKind::Unsupported);
+        assert!(e.message.contains("has no TensorFlow backend") && e.message.contains("--features tensorflow"), "{e}");
     }
 }

@@ -230,6 +230,13 @@ pub struct Cli {
     #[arg(long, env = "TRITIUM_LIBTORCH_CUDA", help_heading = "Backend")]
     pub libtorch_cuda_library: Option<PathBuf>,
 
+    /// Folder of TensorFlow's C API library, `libtensorflow.so` (a link to a tensorflow wheel's
+    /// `libtensorflow_cc.so.2` does), loaded when the first TensorFlow model loads (else
+    /// $TENSORFLOW_DIR, else the `.tensorflow/lib` that scripts/install_tensorflow.sh makes).
+    /// Used by builds with the `tensorflow` feature. Tritium's own flag.
+    #[arg(long, env = "TENSORFLOW_DIR", help_heading = "Backend")]
+    pub tensorflow_dir: Option<PathBuf>,
+
     #[command(flatten)]
     pub repo: repository::RepositoryFlags,
     #[command(flatten)]

@@ -8,13 +8,19 @@ use crate::proto::inference::model_optimization_policy::PinnedMemoryBuffer;
 use crate::proto::inference::ModelOptimizationPolicy;
 
 /// The platform Triton pairs with a backend name, and back.
-const PLATFORMS: &[(&str, &str)] = &[("onnxruntime", "onnxruntime_onnx"), ("pytorch", "pytorch_libtorch")];
+const PLATFORMS: &[(&str, &str)] = &[
+    ("onnxruntime", "onnxruntime_onnx"),
+    ("pytorch", "pytorch_libtorch"),
+    ("tensorflow", "tensorflow_savedmodel"),
+    ("tensorflow", "tensorflow_graphdef"),
+];
 
 /// The model file a backend looks for in a version folder when `default_model_filename` is empty.
 pub fn default_model_filename(backend: &str) -> Option<&'static str> {
     match backend {
         "onnxruntime" => Some("model.onnx"),
         "pytorch" => Some("model.pt"),
+        "tensorflow" => Some("model.savedmodel"),
         "python" => Some("model.py"),
         _ => None,
     }
@@ -104,5 +110,20 @@ mod tests {
         assert_eq!(config.platform, "onnxruntime_onnx");
         assert_eq!(config.instance_group[0].name, "mine");
         assert_eq!(config.instance_group[0].count, 3);
+    }
+
+    #[test]
+    fn tensorflow_pairs_with_savedmodel_and_both_platforms_name_it() {
+        let mut config = ModelConfig { name: "m".into(), backend: "tensorflow".into(), ..Default::default() };
+        normalize(&mut config, 0);
+        assert_eq!(
+            (config.platform.as_str(), config.default_model_filename.as_str()),
+            ("tensorflow_savedmodel", "model.savedmodel")
+        );
+        for platform in ["tensorflow_savedmodel", "tensorflow_graphdef"] {
+            let mut config = ModelConfig { name: "m".into(), platform: platform.into(), ..Default::default() };
+            normalize(&mut config, 0);
+            assert_eq!((config.backend.as_str(), config.platform.as_str()), ("tensorflow", platform));
+        }
     }
 }
