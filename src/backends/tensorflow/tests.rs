@@ -21,7 +21,14 @@ fn savedmodel(name: &str) -> Option<PathBuf> {
 }
 
 fn spec() -> InstanceSpec {
-    InstanceSpec { name: "m_0".into(), index: 0, kind: InstanceKind::Cpu, device: None, cpu_cores: Vec::new() }
+    InstanceSpec {
+        name: "m_0".into(),
+        index: 0,
+        kind: InstanceKind::Cpu,
+        device: None,
+        cpu_cores: Vec::new(),
+        rate_limiter: Default::default(),
+    }
 }
 
 fn f32_bytes(values: &[f32]) -> Bytes {
@@ -94,7 +101,14 @@ fn runs_a_savedmodel_through_its_signature() {
     ];
     let wanted = vec!["OUTPUT1".to_string()];
     let out = backend
-        .execute(BatchInput { inputs: &inputs, outputs: &wanted, batch_size: 2, request: None, requests: &[] })
+        .execute(BatchInput {
+            inputs: &inputs,
+            outputs: &wanted,
+            batch_size: 2,
+            request: None,
+            requests: &[],
+            cancelled: &[],
+        })
         .unwrap();
     assert_eq!((out.len(), out[0].name.as_str(), out[0].shape.clone()), (1, "OUTPUT1", vec![2, 16]));
     let want: Vec<f32> = a.iter().map(|v| v - 1.0).collect();
@@ -105,11 +119,18 @@ fn runs_a_savedmodel_through_its_signature() {
         Tensor::new("INPUT1", DataType::F32, vec![1, 16], f32_bytes(&[1.0; 16])),
     ];
     let e = backend
-        .execute(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[] })
+        .execute(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[], cancelled: &[] })
         .unwrap_err();
     assert!(e.to_string().contains("the signature expects FP32"), "{e}");
     let out = backend
-        .execute(BatchInput { inputs: &inputs, outputs: &[], batch_size: 2, request: None, requests: &[] })
+        .execute(BatchInput {
+            inputs: &inputs,
+            outputs: &[],
+            batch_size: 2,
+            request: None,
+            requests: &[],
+            cancelled: &[],
+        })
         .unwrap();
     assert_eq!(out.len(), 2);
 }
@@ -160,7 +181,14 @@ fn bytes_elements_keep_nul_and_invalid_utf8() {
     });
     let mut backend = TensorflowFactory::new(&c, dir).unwrap().create(&spec()).unwrap();
     let out = backend
-        .execute(BatchInput { inputs: &inputs, outputs: &[], batch_size: 1, request: None, requests: &[] })
+        .execute(BatchInput {
+            inputs: &inputs,
+            outputs: &[],
+            batch_size: 1,
+            request: None,
+            requests: &[],
+            cancelled: &[],
+        })
         .unwrap();
     let back = out.iter().find(|t| t.name == "STRING_out").unwrap().bytes_elements().unwrap();
     assert_eq!(back.iter().map(|b| b.as_ref()).collect::<Vec<_>>(), strings);
