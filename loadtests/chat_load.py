@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--protocols", default="grpc,http")
     ap.add_argument("--rate", type=float, default=0,
                     help="total turns/s; 0: half the saturation rate that a probe measures first")
+    ap.add_argument("--probe-protocol", default="grpc")
     ap.add_argument("--probe-rate", type=float, default=20000,
                     help="the probe's offered rate (far above saturation: its achieved rate is the saturation)")
     ap.add_argument("--duration", type=float, default=20)
@@ -64,13 +65,14 @@ def main():
         base = 1
         rate = args.rate
         if rate <= 0:
-            # Saturation, same server, same run: 1,000 conversations over gRPC, offered far more
+            # Saturation, same server, same run: 1,000 conversations (over --probe-protocol), offered far more
             # than the server can take; what it answers per second is its ceiling.
             probe = os.path.join(out, "probe.json")
-            cmd = [args.chatload, "--protocol", "grpc", "--grpc", srv.url("grpc"), "--http", srv.url("http"),
+            cmd = [args.chatload, "--protocol", args.probe_protocol, "--grpc", srv.url("grpc"), "--http", srv.url("http"),
                    "--metrics", f"127.0.0.1:{srv.metrics_port}", "--conversations", "1000",
                    "--rate", str(args.probe_rate), "--duration", "2", "--baseline-turns", "10",
-                   "--connections", str(args.grpc_connections), "--streams", str(args.streams),
+                   "--connections",
+                   str(args.grpc_connections if args.probe_protocol == "grpc" else args.http_connections), "--streams", str(args.streams),
                    "--sequence-id-base", str(base), "--timeout-ms", "60000", "--json", probe]
             base += 1001
             run = subprocess.run(cmd, capture_output=True, text=True)

@@ -17,6 +17,8 @@ mod http;
 mod report;
 mod server;
 
+/// Triton's `inference` package, generated from the server's proto/ (client only).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
 mod proto {
     tonic::include_proto!("inference");
 }
