@@ -178,6 +178,7 @@ async fn main() -> Result<()> {
     let unloaded = baseline(&turns, base + n, args.baseline_turns, Duration::from_millis(args.timeout_ms)).await?;
     let rss_before = args.pid.map(server::rss_bytes).transpose()?;
     let compute_before = server::compute(&args.http, &args.model).await?;
+    let cpu_before = (args.pid.map(server::cpu_seconds).transpose()?, server::cpu_seconds(std::process::id())?);
     let releases_before = server::sequences(&args.metrics, &args.model).await?.idle_releases;
 
     let conversations: Arc<Vec<tokio::sync::Mutex<Conversation>>> =
@@ -240,6 +241,11 @@ async fn main() -> Result<()> {
 
     let live = server::sequences(&args.metrics, &args.model).await?;
     let rss_loaded = args.pid.map(server::rss_bytes).transpose()?;
+    let server_cpu = match (args.pid, cpu_before.0) {
+        (Some(pid), Some(before)) => server::cpu_seconds(pid)? - before,
+        _ => 0.0,
+    };
+    let client_cpu = server::cpu_seconds(std::process::id())? - cpu_before.1;
     let compute = server::compute(&args.http, &args.model).await?.since(compute_before);
     let stream_errors = turns.stream_errors();
     if let Turns::Grpc(g) = &*turns {
@@ -301,6 +307,8 @@ async fn main() -> Result<()> {
         } else {
             0.0
         },
+        server_cpu_us_per_turn: server_cpu * 1e6 / tally.done.load(Ordering::Relaxed).max(1) as f64,
+        client_cpu_us_per_turn: client_cpu * 1e6 / tally.done.load(Ordering::Relaxed).max(1) as f64,
         live_sequences: live.active,
         backlog: live.backlog,
         state_bytes: live.state_bytes,

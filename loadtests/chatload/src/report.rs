@@ -87,6 +87,9 @@ pub struct Figures {
     pub unloaded_us: Latencies,
     pub compute_per_execution_us: f64,
     pub inferences_per_execution: f64,
+    /// CPU time per turn of the server (with --pid) and of this load generator, during the load.
+    pub server_cpu_us_per_turn: f64,
+    pub client_cpu_us_per_turn: f64,
     pub live_sequences: f64,
     pub backlog: f64,
     pub state_bytes: f64,
@@ -115,6 +118,7 @@ impl Figures {
              turn latency us: p50 {} p99 {} p99.9 {} max {}\n\
              unloaded turn us (one conversation, sequential): p50 {} p99 {}\n\
              model compute per execution {:.1} us ({:.2} inferences/execution); p99 / compute {:.1}x, p99 / unloaded p50 {:.1}x\n\
+             CPU per turn: server {:.0} us, load generator {:.0} us\n\
              live sequences {} backlog {} state bytes {} ({:.1} per live conversation) evictions {}\n\
              server RSS {:.1} MiB before, {:.1} MiB loaded ({:.0} bytes per conversation)\n",
             self.protocol,
@@ -141,6 +145,8 @@ impl Figures {
             self.inferences_per_execution,
             per(l.p99 as f64, self.compute_per_execution_us),
             per(l.p99 as f64, u.p50 as f64),
+            self.server_cpu_us_per_turn,
+            self.client_cpu_us_per_turn,
             self.live_sequences,
             self.backlog,
             self.state_bytes,
@@ -178,6 +184,8 @@ impl Figures {
             "latency_us": self.latency_us.json(), "unloaded_us": self.unloaded_us.json(),
             "compute_per_execution_us": self.compute_per_execution_us,
             "inferences_per_execution": self.inferences_per_execution,
+            "server_cpu_us_per_turn": self.server_cpu_us_per_turn,
+            "client_cpu_us_per_turn": self.client_cpu_us_per_turn,
             "live_sequences": self.live_sequences, "backlog": self.backlog, "state_bytes": self.state_bytes,
             "state_bytes_per_conversation": per(self.state_bytes, self.live_sequences),
             "evictions": self.evictions, "rss_before": self.rss_before, "rss_loaded": self.rss_loaded,

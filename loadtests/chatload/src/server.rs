@@ -65,6 +65,18 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(kb * 1024)
 }
 
+/// CPU seconds (user + system) a process has used, from /proc/<pid>/stat (clock ticks of
+/// 1/100 s, Linux's USER_HZ).
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which may hold spaces) start at state, field 3.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or_else(|| anyhow!("bad /proc/{pid}/stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks =
+        |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| anyhow!("bad /proc/{pid}/stat"));
+    Ok((ticks(14)? + ticks(15)?) as f64 / 100.0)
+}
+
 /// The model's counters that say what its own compute costs.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Compute {
@@ -111,7 +123,12 @@ mod tests {
     }
 
     #[test]
-    fn reads_own_rss() {
+    fn reads_own_rss_and_cpu() {
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
+        let t = std::time::Instant::now();
+        while t.elapsed().as_millis() < 50 {
+            std::hint::black_box(t.elapsed());
+        }
+        assert!(cpu_seconds(std::process::id()).unwrap() > 0.0);
     }
 }
