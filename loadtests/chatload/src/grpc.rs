@@ -1,0 +1,144 @@
+//! Turns over gRPC `ModelStreamInfer`: a few bidirectional streams on a few HTTP/2 connections,
+//! each carrying the turns of many conversations, answers matched back by request `id`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use crate::proto::infer_parameter::ParameterChoice;
+use crate::proto::model_infer_request::InferInputTensor;
+use crate::proto::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+
+type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<ModelInferResponse>>>>;
+
+struct Stream {
+    tx: mpsc::UnboundedSender<ModelInferRequest>,
+    pending: Pending,
+}
+
+/// The streams, picked by conversation, so one conversation's turns stay on one stream.
+pub struct GrpcTurns {
+    model: String,
+    streams: Vec<Stream>,
+    next_id: AtomicU64,
+    /// Error messages the streams answered (they carry no request id).
+    pub stream_errors: Arc<AtomicU64>,
+    pub first_stream_error: Arc<Mutex<Option<String>>>,
+}
+
+impl GrpcTurns {
+    pub async fn connect(url: &str, model: &str, connections: usize, streams_per_connection: usize) -> Result<Self> {
+        let stream_errors = Arc::new(AtomicU64::new(0));
+        let first_stream_error = Arc::new(Mutex::new(None));
+        let mut streams = Vec::new();
+        for _ in 0..connections.max(1) {
+            let channel = tonic::transport::Endpoint::from_shared(url.to_string())?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to {url}"))?;
+            let client = GrpcInferenceServiceClient::new(channel)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20);
+            for _ in 0..streams_per_connection.max(1) {
+                let (tx, rx) = mpsc::unbounded_channel::<ModelInferRequest>();
+                let outgoing = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+                let pending: Pending = Arc::default();
+                let (p, errors, first, client) =
+                    (pending.clone(), stream_errors.clone(), first_stream_error.clone(), client.clone());
+                // The call itself runs in the task: the server may send its headers only with
+                // the first answer, which needs a first request.
+                tokio::spawn(async move {
+                    let mut incoming = match client.clone().model_stream_infer(outgoing).await {
+                        Ok(r) => r.into_inner(),
+                        Err(e) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            first.lock().unwrap().get_or_insert(format!("ModelStreamInfer: {e}"));
+                            p.lock().unwrap().clear();
+                            return;
+                        }
+                    };
+                    while let Ok(Some(msg)) = incoming.message().await {
+                        match msg.infer_response {
+                            Some(r) if msg.error_message.is_empty() => {
+                                if let Some(waiter) = p.lock().unwrap().remove(&r.id) {
+                                    let _ = waiter.send(r);
+                                }
+                            }
+                            _ => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                                first.lock().unwrap().get_or_insert(msg.error_message);
+                            }
+                        }
+                    }
+                    // The stream ended: its waiters see their senders dropped.
+                    p.lock().unwrap().clear();
+                });
+                streams.push(Stream { tx, pending });
+            }
+        }
+        Ok(GrpcTurns {
+            model: model.to_string(),
+            streams,
+            next_id: AtomicU64::new(1),
+            stream_errors,
+            first_stream_error,
+        })
+    }
+
+    /// One turn: `value` into the conversation's sequence; the reply's OUTPUT.
+    pub async fn turn(&self, conversation: u64, sequence_id: u64, value: i32, start: bool) -> Result<i64, String> {
+        let stream = &self.streams[(conversation as usize) % self.streams.len()];
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed).to_string();
+        let mut parameters = HashMap::new();
+        parameters.insert(
+            "sequence_id".to_string(),
+            InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(sequence_id as i64)) },
+        );
+        if start {
+            parameters.insert(
+                "sequence_start".to_string(),
+                InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
+            );
+        }
+        let request = ModelInferRequest {
+            model_name: self.model.clone(),
+            id: id.clone(),
+            parameters,
+            inputs: vec![InferInputTensor {
+                name: "INPUT".into(),
+                datatype: "INT32".into(),
+                shape: vec![1, 1],
+                contents: Some(InferTensorContents { int_contents: vec![value], ..Default::default() }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (tx, rx) = oneshot::channel();
+        stream.pending.lock().unwrap().insert(id.clone(), tx);
+        if stream.tx.send(request).is_err() {
+            stream.pending.lock().unwrap().remove(&id);
+            return Err("the gRPC stream is closed".into());
+        }
+        let response = rx.await.map_err(|_| "the gRPC stream ended before the answer".to_string())?;
+        output_value(&response)
+    }
+}
+
+/// OUTPUT's one INT32, from raw_output_contents or typed contents.
+fn output_value(r: &ModelInferResponse) -> Result<i64, String> {
+    let at = r.outputs.iter().position(|o| o.name == "OUTPUT").ok_or("no OUTPUT in the response")?;
+    if let Some(raw) = r.raw_output_contents.get(at) {
+        let b: [u8; 4] = raw.get(..4).and_then(|s| s.try_into().ok()).ok_or("OUTPUT is not one INT32")?;
+        return Ok(i32::from_le_bytes(b) as i64);
+    }
+    r.outputs[at]
+        .contents
+        .as_ref()
+        .and_then(|c| c.int_contents.first())
+        .map(|v| *v as i64)
+        .ok_or_else(|| "OUTPUT has no contents".to_string())
+}

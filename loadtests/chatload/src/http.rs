@@ -1,0 +1,77 @@
+//! Turns over HTTP/1.1 (KServe v2 JSON): a few keep-alive connections, each carrying the turns of
+//! many conversations one after another (HTTP/1.1 has one request in flight per connection).
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+type Job = (Bytes, oneshot::Sender<Result<Bytes, String>>);
+
+pub struct HttpTurns {
+    connections: Vec<mpsc::UnboundedSender<Job>>,
+}
+
+impl HttpTurns {
+    /// `address` is host:port.
+    pub async fn connect(address: &str, model: &str, connections: usize) -> Result<Self> {
+        let path = format!("/v2/models/{model}/infer");
+        let mut senders = Vec::new();
+        for _ in 0..connections.max(1) {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+            let tcp = TcpStream::connect(address).await.with_context(|| format!("connecting to {address}"))?;
+            tcp.set_nodelay(true)?;
+            let (mut send, conn) = http1::handshake::<_, Full<Bytes>>(TokioIo::new(tcp)).await?;
+            tokio::spawn(conn);
+            let (path, host) = (path.clone(), address.to_string());
+            tokio::spawn(async move {
+                while let Some((body, reply)) = rx.recv().await {
+                    let request = hyper::Request::post(&path)
+                        .header("host", &host)
+                        .header("content-type", "application/json")
+                        .body(Full::new(body))
+                        .expect("a valid request");
+                    let result = async {
+                        send.ready().await.map_err(|e| format!("HTTP connection: {e}"))?;
+                        let response = send.send_request(request).await.map_err(|e| format!("HTTP: {e}"))?;
+                        let status = response.status();
+                        let body =
+                            response.into_body().collect().await.map_err(|e| format!("HTTP body: {e}"))?.to_bytes();
+                        if status.is_success() {
+                            Ok(body)
+                        } else {
+                            Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
+                        }
+                    }
+                    .await;
+                    let _ = reply.send(result);
+                }
+            });
+            senders.push(tx);
+        }
+        Ok(HttpTurns { connections: senders })
+    }
+
+    pub async fn turn(&self, conversation: u64, sequence_id: u64, value: i32, start: bool) -> Result<i64, String> {
+        let body = serde_json::json!({
+            "parameters": {"sequence_id": sequence_id, "sequence_start": start},
+            "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}],
+            "outputs": [{"name": "OUTPUT"}],
+        });
+        let (tx, rx) = oneshot::channel();
+        let connection = &self.connections[(conversation as usize) % self.connections.len()];
+        connection
+            .send((Bytes::from(body.to_string()), tx))
+            .map_err(|_| "the HTTP connection is closed".to_string())?;
+        let bytes = rx.await.map_err(|_| "the HTTP connection ended".to_string())??;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("reply is not JSON: {e}"))?;
+        v["outputs"]
+            .as_array()
+            .and_then(|o| o.iter().find(|o| o["name"] == "OUTPUT"))
+            .and_then(|o| o["data"][0].as_i64())
+            .ok_or_else(|| format!("no OUTPUT value in {v}"))
+    }
+}

@@ -1,0 +1,211 @@
+//! Percentiles, idle reclaim, and the figures printed (text) and written (JSON).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use crate::server;
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latencies {
+    pub count: usize,
+    pub p50: u32,
+    pub p99: u32,
+    pub p999: u32,
+    pub max: u32,
+}
+
+impl Latencies {
+    pub fn of(mut v: Vec<u32>) -> Self {
+        if v.is_empty() {
+            return Latencies::default();
+        }
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+        Latencies { count: v.len(), p50: at(0.50), p99: at(0.99), p999: at(0.999), max: *v.last().unwrap() }
+    }
+
+    fn json(&self) -> Value {
+        json!({"count": self.count, "p50": self.p50, "p99": self.p99, "p999": self.p999, "max": self.max})
+    }
+}
+
+/// How the idle timeout released the conversations after the load.
+#[derive(Debug, Clone, Copy)]
+pub struct Reclaim {
+    /// Seconds from the last turn until no sequence was live (or the wait ended).
+    pub seconds: f64,
+    pub active_after: f64,
+    pub state_bytes_after: f64,
+    pub idle_releases: f64,
+    pub rss_after: u64,
+}
+
+pub async fn reclaim(
+    metrics: &str,
+    model: &str,
+    since: Instant,
+    wait_s: f64,
+    pid: Option<u32>,
+    releases_before: f64,
+) -> Result<Reclaim> {
+    let end = since + Duration::from_secs_f64(wait_s);
+    loop {
+        let s = server::sequences(metrics, model).await?;
+        if s.active == 0.0 || Instant::now() >= end {
+            return Ok(Reclaim {
+                seconds: since.elapsed().as_secs_f64(),
+                active_after: s.active,
+                state_bytes_after: s.state_bytes,
+                idle_releases: s.idle_releases - releases_before,
+                rss_after: pid.map(server::rss_bytes).transpose()?.unwrap_or(0),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub struct Figures {
+    pub protocol: String,
+    pub model: String,
+    pub conversations: u64,
+    pub connections: usize,
+    pub streams: usize,
+    pub target_rate: f64,
+    pub duration_s: f64,
+    pub turns: u64,
+    pub answered: u64,
+    pub achieved_rate: f64,
+    pub late_turns: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub crosstalk: u64,
+    pub first_error: Option<String>,
+    pub latency_us: Latencies,
+    pub unloaded_us: Latencies,
+    pub compute_per_execution_us: f64,
+    pub inferences_per_execution: f64,
+    /// CPU time per turn of the server (with --pid) and of this load generator, during the load.
+    pub server_cpu_us_per_turn: f64,
+    pub client_cpu_us_per_turn: f64,
+    pub live_sequences: f64,
+    pub backlog: f64,
+    pub state_bytes: f64,
+    pub evictions: f64,
+    pub rss_before: u64,
+    pub rss_loaded: u64,
+    pub reclaim: Option<Reclaim>,
+    pub released_turn_refused: Option<bool>,
+}
+
+fn per(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+impl Figures {
+    pub fn text(&self) -> String {
+        let l = &self.latency_us;
+        let u = &self.unloaded_us;
+        let mut s = format!(
+            "chatload {} {}: {} conversations on {} connection(s){}, {:.0} turns/s target, {:.1} s\n\
+             turns {} answered {} achieved {:.1}/s late {} errors {} (timeouts {}) cross-talk {}\n\
+             turn latency us: p50 {} p99 {} p99.9 {} max {}\n\
+             unloaded turn us (one conversation, sequential): p50 {} p99 {}\n\
+             model compute per execution {:.1} us ({:.2} inferences/execution); p99 / compute {:.1}x, p99 / unloaded p50 {:.1}x\n\
+             CPU per turn: server {:.0} us, load generator {:.0} us\n\
+             live sequences {} backlog {} state bytes {} ({:.1} per live conversation) evictions {}\n\
+             server RSS {:.1} MiB before, {:.1} MiB loaded ({:.0} bytes per conversation)\n",
+            self.protocol,
+            self.model,
+            self.conversations,
+            self.connections,
+            if self.streams > 0 { format!(" x {} streams", self.streams) } else { String::new() },
+            self.target_rate,
+            self.duration_s,
+            self.turns,
+            self.answered,
+            self.achieved_rate,
+            self.late_turns,
+            self.errors,
+            self.timeouts,
+            self.crosstalk,
+            l.p50,
+            l.p99,
+            l.p999,
+            l.max,
+            u.p50,
+            u.p99,
+            self.compute_per_execution_us,
+            self.inferences_per_execution,
+            per(l.p99 as f64, self.compute_per_execution_us),
+            per(l.p99 as f64, u.p50 as f64),
+            self.server_cpu_us_per_turn,
+            self.client_cpu_us_per_turn,
+            self.live_sequences,
+            self.backlog,
+            self.state_bytes,
+            per(self.state_bytes, self.live_sequences),
+            self.evictions,
+            self.rss_before as f64 / 1048576.0,
+            self.rss_loaded as f64 / 1048576.0,
+            per(self.rss_loaded as f64 - self.rss_before as f64, self.conversations as f64),
+        );
+        if let Some(r) = &self.reclaim {
+            s += &format!(
+                "idle reclaim: {} live, {} state bytes {:.1} s after the last turn; {} idle releases; RSS {:.1} MiB; \
+                 released conversation's next turn refused: {:?}\n",
+                r.active_after,
+                r.state_bytes_after,
+                r.seconds,
+                r.idle_releases,
+                r.rss_after as f64 / 1048576.0,
+                self.released_turn_refused,
+            );
+        }
+        if let Some(e) = &self.first_error {
+            s += &format!("first error: {e}\n");
+        }
+        s
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "protocol": self.protocol, "model": self.model, "conversations": self.conversations,
+            "connections": self.connections, "streams": self.streams, "target_rate": self.target_rate,
+            "duration_s": self.duration_s, "turns": self.turns, "answered": self.answered,
+            "achieved_rate": self.achieved_rate, "late_turns": self.late_turns, "errors": self.errors,
+            "timeouts": self.timeouts, "crosstalk": self.crosstalk, "first_error": self.first_error,
+            "latency_us": self.latency_us.json(), "unloaded_us": self.unloaded_us.json(),
+            "compute_per_execution_us": self.compute_per_execution_us,
+            "inferences_per_execution": self.inferences_per_execution,
+            "server_cpu_us_per_turn": self.server_cpu_us_per_turn,
+            "client_cpu_us_per_turn": self.client_cpu_us_per_turn,
+            "live_sequences": self.live_sequences, "backlog": self.backlog, "state_bytes": self.state_bytes,
+            "state_bytes_per_conversation": per(self.state_bytes, self.live_sequences),
+            "evictions": self.evictions, "rss_before": self.rss_before, "rss_loaded": self.rss_loaded,
+            "reclaim": self.reclaim.map(|r| json!({
+                "seconds": r.seconds, "active_after": r.active_after, "state_bytes_after": r.state_bytes_after,
+                "idle_releases": r.idle_releases, "rss_after": r.rss_after})),
+            "released_turn_refused": self.released_turn_refused,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let l = Latencies::of((1..=1000).rev().collect());
+        assert_eq!((l.count, l.p50, l.p99, l.p999, l.max), (1000, 500, 990, 999, 1000));
+        assert_eq!(Latencies::of(vec![]).count, 0);
+        assert_eq!(Latencies::of(vec![7]).p99, 7);
+    }
+}

@@ -1,0 +1,46 @@
+"""Smoke test of loadtests/chatload (issue 17 point 2): 200 live conversations on the
+accumulator for a few seconds over gRPC streams and over HTTP, against the debug server; every
+reply is checked by the load generator against the conversation's own running sum. Asserts 0
+errors, 0 cross-talk, every conversation live during the load, and all of them released by the
+idle timeout afterwards, a released conversation's next turn refused."""
+
+import json
+import subprocess
+
+import pytest
+
+from helpers import REPO_ROOT, tritium_bin
+
+CHATLOAD = tritium_bin().parent / "chatload"
+
+
+@pytest.fixture
+def chat_server(start_server, repo_copy):
+    repo = repo_copy(["accumulate_oldest"])
+    cfg = repo / "accumulate_oldest" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("max_sequence_idle_microseconds: 5000000",
+                                           "max_sequence_idle_microseconds: 1500000"))
+    return start_server(repo)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_chatload_200_conversations(chat_server, protocol, tmp_path):
+    assert CHATLOAD.exists(), f"{CHATLOAD} is missing: cargo build --workspace"
+    srv = chat_server
+    out = tmp_path / "figures.json"
+    run = subprocess.run(
+        [str(CHATLOAD), "--protocol", protocol, "--http", srv.http_url, "--grpc", srv.grpc_url,
+         "--metrics", f"127.0.0.1:{srv.metrics_port}", "--pid", str(srv.proc.pid),
+         "--conversations", "200", "--rate", "150", "--duration", "3", "--baseline-turns", "10",
+         "--reclaim-wait", "10", "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    f = json.loads(out.read_text())
+    assert f["errors"] == 0 and f["crosstalk"] == 0, f
+    assert f["answered"] == f["turns"] == 450, f
+    assert f["live_sequences"] == 200, f
+    assert f["state_bytes_per_conversation"] == 4.0, f  # one INT32 of state each
+    assert f["rss_loaded"] > 0, f
+    assert f["reclaim"]["active_after"] == 0 and f["reclaim"]["state_bytes_after"] == 0, f
+    assert f["reclaim"]["idle_releases"] >= 200, f
+    assert f["released_turn_refused"] is True, f
