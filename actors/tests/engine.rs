@@ -41,16 +41,7 @@ fn policy(instances: usize, dynamic: Option<DynamicBatchPolicy>) -> ModelPolicy 
         max_batch_size: 8,
         inputs: vec![IoSpec::new("IN", DataType::F32, vec![2])],
         outputs: vec![IoSpec::new("OUT", DataType::F32, vec![2])],
-        instances: (0..instances)
-            .map(|i| InstanceSpec {
-                name: format!("addone_0_{i}"),
-                index: i,
-                kind: InstanceKind::Cpu,
-                device: None,
-                cpu_cores: Vec::new(),
-                rate_limiter: Default::default(),
-            })
-            .collect(),
+        instances: common::cpu_instances("addone", instances),
         scheduler: dynamic.map(SchedulerPolicy::Dynamic).unwrap_or(SchedulerPolicy::Direct),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,

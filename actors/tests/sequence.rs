@@ -47,16 +47,7 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
         max_batch_size: max_batch,
         inputs: vec![IoSpec::new("IN", DataType::I32, vec![1])],
         outputs: vec![IoSpec::new("OUT", DataType::I32, vec![1])],
-        instances: (0..instances)
-            .map(|i| InstanceSpec {
-                name: format!("acc_0_{i}"),
-                index: i,
-                kind: InstanceKind::Cpu,
-                device: None,
-                cpu_cores: Vec::new(),
-                rate_limiter: Default::default(),
-            })
-            .collect(),
+        instances: common::cpu_instances("acc", instances),
         scheduler: SchedulerPolicy::Sequence(SequencePolicy {
             strategy,
             max_idle: idle,

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tritium_actors::*;
 
+mod common;
+
 /// Doubles every FP32 element; refuses a batch holding -1; records each execution's batch size
 /// and the instance that ran it.
 struct Double {
@@ -38,16 +40,7 @@ fn policy(instances: usize, warmup: Vec<WarmupSample>) -> ModelPolicy {
         max_batch_size: 8,
         inputs: vec![IoSpec::new("IN", DataType::F32, vec![2])],
         outputs: vec![IoSpec::new("OUT", DataType::F32, vec![2])],
-        instances: (0..instances)
-            .map(|i| InstanceSpec {
-                name: format!("double_0_{i}"),
-                index: i,
-                kind: InstanceKind::Cpu,
-                device: None,
-                cpu_cores: Vec::new(),
-                rate_limiter: Default::default(),
-            })
-            .collect(),
+        instances: common::cpu_instances("double", instances),
         scheduler: SchedulerPolicy::Direct,
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,
