@@ -152,7 +152,12 @@ fn field_of_value(text: &str, offset: usize) -> Option<&str> {
         head = head[..head.rfind('[')?].trim_end();
     }
     let head = head.strip_suffix(':')?.trim_end();
-    let start = head.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+    // Past the last character that is not part of a name (it may be several bytes long).
+    let start = head
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let name = &head[start..];
     (!name.is_empty()).then_some(name)
 }
