@@ -12,7 +12,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Keep in step with `ALIAS_PLACEHOLDER` in `src/backend_api/library.rs`.
+/// The alias template's SONAME; handed to the crate as `TRITIUM_ALIAS_PLACEHOLDER`, which
+/// `src/backend_api/library.rs` looks for in the template to patch it.
 const PLACEHOLDER: &str =
     "libtritonserver-tritium-alias-placeholder-0000000000000000000000000000000000000000000000000000000000000000.so";
 
@@ -25,6 +26,7 @@ fn main() {
 fn backend_api_alias() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
+    println!("cargo:rustc-env=TRITIUM_ALIAS_PLACEHOLDER={PLACEHOLDER}");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let source = out.join("alias.c");
     std::fs::write(&source, "/* Tritium's alias for Triton's core library: no code, only a SONAME. */\n")

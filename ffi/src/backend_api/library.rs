@@ -18,9 +18,9 @@ use super::model::{Backend, BackendAttribute, Instance, Model};
 use super::request::Request;
 
 pub(crate) const ALIAS_TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/alias.so"));
-/// Keep in step with `PLACEHOLDER` in `build.rs`.
-const ALIAS_PLACEHOLDER: &[u8] =
-    b"libtritonserver-tritium-alias-placeholder-0000000000000000000000000000000000000000000000000000000000000000.so";
+/// The template's SONAME, which `build.rs` gave it and which a load patches into the name a
+/// backend needs.
+const ALIAS_PLACEHOLDER: &[u8] = env!("TRITIUM_ALIAS_PLACEHOLDER").as_bytes();
 
 type BackendFn = unsafe extern "C" fn(*mut Backend) -> *mut Error;
 type ModelFn = unsafe extern "C" fn(*mut Model) -> *mut Error;
