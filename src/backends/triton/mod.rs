@@ -57,21 +57,8 @@ pub fn auto_complete(
     if !library.is_file() {
         return Ok(None);
     }
-    let backend = host::load_backend(&host::BackendSpec {
-        name: name.clone(),
-        library,
-        config_json: backend_config_json(&name, backend_directory, backend_settings),
-    })
-    .map_err(convert::error)?;
-    let model = backend
-        .load_model(&host::ModelSpec {
-            name: config.name.clone(),
-            version: version as u64,
-            repository: model_dir.to_path_buf(),
-            config_json: crate::config::to_json(config).to_string(),
-            auto_complete: true,
-        })
-        .map_err(convert::error_in)?;
+    let (backend, model) =
+        load_on_backend(config, model_dir, version, library, backend_directory, backend_settings, true)?;
     let completed = model.config_json();
     drop(model);
     *config = crate::config::from_json(&completed).map_err(|e| {
@@ -81,6 +68,36 @@ pub fn auto_complete(
         ))
     })?;
     Ok(Some(backend))
+}
+
+/// Loads (once per process) the model's backend library from `library`, then initializes the
+/// version on it, with the backend's auto-complete on or off.
+fn load_on_backend(
+    config: &ModelConfig,
+    model_dir: &Path,
+    version: i64,
+    library: PathBuf,
+    backend_directory: &Path,
+    backend_settings: &[String],
+    auto_complete: bool,
+) -> Result<(host::LoadedBackend, LoadedModel)> {
+    let name = config.backend.as_str();
+    let backend = host::load_backend(&host::BackendSpec {
+        name: name.to_string(),
+        library,
+        config_json: backend_config_json(name, backend_directory, backend_settings),
+    })
+    .map_err(convert::error)?;
+    let model = backend
+        .load_model(&host::ModelSpec {
+            name: config.name.clone(),
+            version: version as u64,
+            repository: model_dir.to_path_buf(),
+            config_json: crate::config::to_json(config).to_string(),
+            auto_complete,
+        })
+        .map_err(convert::error_in)?;
+    Ok((backend, model))
 }
 
 /// How often a request waiting for the backend's responses checks whether its client has gone.
@@ -113,21 +130,8 @@ impl TritonFactory {
                 library.display()
             )));
         }
-        let backend = host::load_backend(&host::BackendSpec {
-            name: name.to_string(),
-            library,
-            config_json: backend_config_json(name, backend_directory, backend_settings),
-        })
-        .map_err(convert::error)?;
-        let model = backend
-            .load_model(&host::ModelSpec {
-                name: config.name.clone(),
-                version: version as u64,
-                repository: model_dir.to_path_buf(),
-                config_json: crate::config::to_json(config).to_string(),
-                auto_complete: false,
-            })
-            .map_err(convert::error_in)?;
+        let (_, model) =
+            load_on_backend(config, model_dir, version, library, backend_directory, backend_settings, false)?;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         let outputs = config.output.iter().map(|o| o.name.clone()).collect();
         Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs })
