@@ -66,6 +66,14 @@ pub struct BatchInput<'a> {
     pub cancelled: &'a [&'a dyn Fn() -> bool],
 }
 
+impl<'a> BatchInput<'a> {
+    /// A batch with no requests behind it (a backend's own steps and tests): `inputs` as they
+    /// are, the `outputs` wanted (empty = all).
+    pub fn bare(inputs: &'a [Tensor], outputs: &'a [String], batch_size: usize) -> Self {
+        BatchInput { inputs, outputs, batch_size, request: None, requests: &[], cancelled: &[] }
+    }
+}
+
 impl std::fmt::Debug for BatchInput<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchInput")

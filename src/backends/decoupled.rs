@@ -158,20 +158,10 @@ mod tests {
         let mut got = Vec::new();
         let inputs = [ints("IN", DataType::I32, &[5, 6, 7]), ints("DELAY", DataType::U32, &[1, 1, 1])];
         Repeat
-            .execute_decoupled(
-                BatchInput {
-                    inputs: &inputs,
-                    outputs: &[],
-                    batch_size: 1,
-                    request: None,
-                    requests: &[],
-                    cancelled: &[],
-                },
-                &mut |o| {
-                    got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
-                    Ok(())
-                },
-            )
+            .execute_decoupled(BatchInput::bare(&inputs, &[], 1), &mut |o| {
+                got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
+                Ok(())
+            })
             .unwrap();
         assert_eq!(got, vec![(5, 0), (6, 1), (7, 2)]);
     }
@@ -181,28 +171,13 @@ mod tests {
         let mut n = 0;
         let inputs = [ints("IN", DataType::I32, &[4])];
         Square
-            .execute_decoupled(
-                BatchInput {
-                    inputs: &inputs,
-                    outputs: &[],
-                    batch_size: 1,
-                    request: None,
-                    requests: &[],
-                    cancelled: &[],
-                },
-                &mut |_| {
-                    n += 1;
-                    Ok(())
-                },
-            )
+            .execute_decoupled(BatchInput::bare(&inputs, &[], 1), &mut |_| {
+                n += 1;
+                Ok(())
+            })
             .unwrap();
         assert_eq!(n, 4);
         let bad = [ints("IN", DataType::U32, &[4])];
-        assert!(Square
-            .execute_decoupled(
-                BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[], cancelled: &[] },
-                &mut |_| Ok(())
-            )
-            .is_err());
+        assert!(Square.execute_decoupled(BatchInput::bare(&bad, &[], 1), &mut |_| Ok(())).is_err());
     }
 }

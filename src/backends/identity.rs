@@ -173,16 +173,7 @@ mod tests {
         let mut b = f.create(&spec).unwrap();
         let t = Tensor::new("IN", DataType::F32, vec![1, 1], Bytes::from_static(&[0, 0, 128, 63]));
         let start = std::time::Instant::now();
-        let out = b
-            .execute(BatchInput {
-                inputs: &[t],
-                outputs: &[],
-                batch_size: 1,
-                request: None,
-                requests: &[],
-                cancelled: &[],
-            })
-            .unwrap();
+        let out = b.execute(BatchInput::bare(&[t], &[], 1)).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(20));
         assert_eq!(out[0].name, "OUT");
         assert_eq!(&out[0].data[..], &[0, 0, 128, 63]);

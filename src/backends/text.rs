@@ -242,28 +242,10 @@ mod tests {
         // One sentence of 3 tokens, the last one padding.
         let e = Tensor::new("E", DataType::F32, vec![1, 3, 2], f32s(&[1.0, 2.0, 3.0, 4.0, 100.0, 100.0]));
         let m = Tensor::new("M", DataType::I64, vec![1, 3], i64_bytes([1, 1, 0].into_iter()));
-        let out = p
-            .execute(BatchInput {
-                inputs: &[e.clone(), m.clone()],
-                outputs: &[],
-                batch_size: 1,
-                request: None,
-                requests: &[],
-                cancelled: &[],
-            })
-            .unwrap();
+        let out = p.execute(BatchInput::bare(&[e.clone(), m.clone()], &[], 1)).unwrap();
         assert_eq!(&out[0].data[..], &f32s(&[2.0, 3.0])[..]);
         p.normalize = true;
-        let out = p
-            .execute(BatchInput {
-                inputs: &[e, m],
-                outputs: &[],
-                batch_size: 1,
-                request: None,
-                requests: &[],
-                cancelled: &[],
-            })
-            .unwrap();
+        let out = p.execute(BatchInput::bare(&[e, m], &[], 1)).unwrap();
         let v: Vec<f32> = out[0].data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert!((v[0] * v[0] + v[1] * v[1] - 1.0).abs() < 1e-6);
     }

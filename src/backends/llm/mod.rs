@@ -422,7 +422,7 @@ mod tests {
     }
 
     fn batch_of(inputs: &[Tensor]) -> BatchInput<'_> {
-        BatchInput { inputs, outputs: &[], batch_size: 1, request: None, requests: &[], cancelled: &[] }
+        BatchInput::bare(inputs, &[], 1)
     }
 
     fn text(s: &str) -> Tensor {

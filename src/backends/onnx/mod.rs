@@ -375,16 +375,7 @@ mod tests {
             Tensor::new(inputs[1].name.clone(), DataType::F32, shape.clone(), le_bytes(&b)),
         ];
         let wanted = vec![outputs[1].name.clone()];
-        let out = backend
-            .execute(BatchInput {
-                inputs: &tensors,
-                outputs: &wanted,
-                batch_size: 1,
-                request: None,
-                requests: &[],
-                cancelled: &[],
-            })
-            .unwrap();
+        let out = backend.execute(BatchInput::bare(&tensors, &wanted, 1)).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].name, outputs[1].name);
         let got = le_vec::<f32>(&out[0].data);
@@ -392,16 +383,7 @@ mod tests {
 
         // A wrong datatype is the request's error, not a crash.
         let bad = vec![Tensor::new(inputs[0].name.clone(), DataType::I32, shape.clone(), le_bytes(&vec![0i32; n]))];
-        let err = backend
-            .execute(BatchInput {
-                inputs: &bad,
-                outputs: &[],
-                batch_size: 1,
-                request: None,
-                requests: &[],
-                cancelled: &[],
-            })
-            .unwrap_err();
+        let err = backend.execute(BatchInput::bare(&bad, &[], 1)).unwrap_err();
         assert!(err.to_string().contains("datatype"), "{err}");
     }
 

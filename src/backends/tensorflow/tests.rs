@@ -100,16 +100,7 @@ fn runs_a_savedmodel_through_its_signature() {
         Tensor::new("INPUT1", DataType::F32, vec![2, 16], f32_bytes(&[1.0; 32])),
     ];
     let wanted = vec!["OUTPUT1".to_string()];
-    let out = backend
-        .execute(BatchInput {
-            inputs: &inputs,
-            outputs: &wanted,
-            batch_size: 2,
-            request: None,
-            requests: &[],
-            cancelled: &[],
-        })
-        .unwrap();
+    let out = backend.execute(BatchInput::bare(&inputs, &wanted, 2)).unwrap();
     assert_eq!((out.len(), out[0].name.as_str(), out[0].shape.clone()), (1, "OUTPUT1", vec![2, 16]));
     let want: Vec<f32> = a.iter().map(|v| v - 1.0).collect();
     assert_eq!(out[0].data, f32_bytes(&want));
@@ -118,20 +109,9 @@ fn runs_a_savedmodel_through_its_signature() {
         Tensor::new("INPUT0", DataType::I32, vec![1, 16], Bytes::from(vec![0u8; 64])),
         Tensor::new("INPUT1", DataType::F32, vec![1, 16], f32_bytes(&[1.0; 16])),
     ];
-    let e = backend
-        .execute(BatchInput { inputs: &bad, outputs: &[], batch_size: 1, request: None, requests: &[], cancelled: &[] })
-        .unwrap_err();
+    let e = backend.execute(BatchInput::bare(&bad, &[], 1)).unwrap_err();
     assert!(e.to_string().contains("the signature expects FP32"), "{e}");
-    let out = backend
-        .execute(BatchInput {
-            inputs: &inputs,
-            outputs: &[],
-            batch_size: 2,
-            request: None,
-            requests: &[],
-            cancelled: &[],
-        })
-        .unwrap();
+    let out = backend.execute(BatchInput::bare(&inputs, &[], 2)).unwrap();
     assert_eq!(out.len(), 2);
 }
 
@@ -180,16 +160,7 @@ fn bytes_elements_keep_nul_and_invalid_utf8() {
         ..Default::default()
     });
     let mut backend = TensorflowFactory::new(&c, dir).unwrap().create(&spec()).unwrap();
-    let out = backend
-        .execute(BatchInput {
-            inputs: &inputs,
-            outputs: &[],
-            batch_size: 1,
-            request: None,
-            requests: &[],
-            cancelled: &[],
-        })
-        .unwrap();
+    let out = backend.execute(BatchInput::bare(&inputs, &[], 1)).unwrap();
     let back = out.iter().find(|t| t.name == "STRING_out").unwrap().bytes_elements().unwrap();
     assert_eq!(back.iter().map(|b| b.as_ref()).collect::<Vec<_>>(), strings);
     let lengths = &out.iter().find(|t| t.name == "STRING_len").unwrap().data;
