@@ -4,17 +4,18 @@
 
 mod gpu;
 mod strings;
+mod values;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use bytes::Bytes;
 pub use gpu::OnnxGpu;
 use ort::environment::Environment;
-use ort::session::{RunOptions, Session, SessionOutputs};
-use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+use ort::session::{RunOptions, Session, SessionInputValue, SessionOutputs};
+use ort::value::{TensorElementType, ValueType};
 use tritium_actors::tensor::element_count;
 use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
+pub(crate) use values::{le_bytes, le_vec};
 
 /// The process's one ONNX Runtime environment; sessions need it alive.
 static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
@@ -177,96 +178,6 @@ struct OnnxBackend {
     inputs: Vec<OnnxIo>,
 }
 
-/// Copies little-endian elements into a typed vector (the data may be unaligned).
-pub(crate) fn le_vec<T: Copy + Default>(data: &[u8]) -> Vec<T> {
-    let n = data.len() / std::mem::size_of::<T>();
-    let mut out = vec![T::default(); n];
-    #[cfg(target_endian = "little")]
-    // SAFETY: `out` holds exactly `n * size_of::<T>()` bytes, every bit pattern is a valid `T`
-    // for the plain numeric types this is called with, and the regions do not overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), out.as_mut_ptr().cast::<u8>(), n * std::mem::size_of::<T>());
-    }
-    #[cfg(not(target_endian = "little"))]
-    compile_error!("Tritium's tensor layout assumes a little-endian machine");
-    out
-}
-
-/// The little-endian bytes of a typed slice.
-pub(crate) fn le_bytes<T: Copy>(values: &[T]) -> Bytes {
-    // SAFETY: reading the initialized memory of `values` as bytes.
-    let raw = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
-    Bytes::copy_from_slice(raw)
-}
-
-macro_rules! numeric_value {
-    ($shape:expr, $data:expr, $t:ty) => {
-        OrtTensor::<$t>::from_array(($shape, le_vec::<$t>($data))).map(|t| t.into_dyn())
-    };
-}
-
-fn to_ort(tensor: &Tensor) -> Result<DynValue> {
-    let shape = tensor.shape.clone();
-    let data = &tensor.data[..];
-    let value = match tensor.datatype {
-        DataType::Bool => OrtTensor::<bool>::from_array((shape, data.iter().map(|b| *b != 0).collect::<Vec<_>>()))
-            .map(|t| t.into_dyn()),
-        DataType::U8 => numeric_value!(shape, data, u8),
-        DataType::U16 => numeric_value!(shape, data, u16),
-        DataType::U32 => numeric_value!(shape, data, u32),
-        DataType::U64 => numeric_value!(shape, data, u64),
-        DataType::I8 => numeric_value!(shape, data, i8),
-        DataType::I16 => numeric_value!(shape, data, i16),
-        DataType::I32 => numeric_value!(shape, data, i32),
-        DataType::I64 => numeric_value!(shape, data, i64),
-        DataType::F16 => numeric_value!(shape, data, half::f16),
-        DataType::BF16 => numeric_value!(shape, data, half::bf16),
-        DataType::F32 => numeric_value!(shape, data, f32),
-        DataType::F64 => numeric_value!(shape, data, f64),
-        DataType::Bytes => strings::to_ort(shape, &tensor.bytes_elements()?),
-    };
-    value.map_err(|e| Error::invalid(format!("input '{}': {e}", tensor.name)))
-}
-
-macro_rules! numeric_output {
-    ($value:expr, $t:ty) => {{
-        let (shape, values) = $value.try_extract_tensor::<$t>().map_err(|e| Error::internal(e.to_string()))?;
-        (shape.to_vec(), le_bytes(values))
-    }};
-}
-
-fn from_ort(model: &str, name: &str, value: &DynValue) -> Result<Tensor> {
-    let ty = match value.dtype() {
-        ValueType::Tensor { ty, .. } => *ty,
-        other => return Err(Error::internal(format!("model '{model}': output '{name}' is a {other:?}, not a tensor"))),
-    };
-    let datatype = datatype(ty).ok_or_else(|| {
-        Error::internal(format!("model '{model}': output '{name}' has unsupported element type {ty:?}"))
-    })?;
-    let (shape, data) = match datatype {
-        DataType::Bool => {
-            let (shape, values) = value.try_extract_tensor::<bool>().map_err(|e| Error::internal(e.to_string()))?;
-            (shape.to_vec(), Bytes::from(values.iter().map(|b| *b as u8).collect::<Vec<u8>>()))
-        }
-        DataType::U8 => numeric_output!(value, u8),
-        DataType::U16 => numeric_output!(value, u16),
-        DataType::U32 => numeric_output!(value, u32),
-        DataType::U64 => numeric_output!(value, u64),
-        DataType::I8 => numeric_output!(value, i8),
-        DataType::I16 => numeric_output!(value, i16),
-        DataType::I32 => numeric_output!(value, i32),
-        DataType::I64 => numeric_output!(value, i64),
-        DataType::F16 => numeric_output!(value, half::f16),
-        DataType::BF16 => numeric_output!(value, half::bf16),
-        DataType::F32 => numeric_output!(value, f32),
-        DataType::F64 => numeric_output!(value, f64),
-        DataType::Bytes => {
-            strings::from_ort(value).map_err(|e| Error::internal(format!("model '{model}': output '{name}': {e}")))?
-        }
-    };
-    Ok(Tensor::new(name, datatype, shape, data))
-}
-
 impl OnnxBackend {
     fn check_input(&self, tensor: &Tensor) -> Result<()> {
         let Some(expected) = self.inputs.iter().find(|i| i.name == tensor.name) else {
@@ -293,10 +204,10 @@ impl OnnxBackend {
 
 impl Backend for OnnxBackend {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        let mut values: Vec<(String, DynValue)> = Vec::with_capacity(batch.inputs.len());
+        let mut values: Vec<(&str, SessionInputValue<'_>)> = Vec::with_capacity(batch.inputs.len());
         for tensor in batch.inputs {
             self.check_input(tensor)?;
-            values.push((tensor.name.clone(), to_ort(tensor)?));
+            values.push((tensor.name.as_str(), values::to_ort(tensor)?.0));
         }
         let model = self.model.clone();
         let run_error = |e: ort::Error| Error::internal(format!("model '{model}': onnxruntime failed: {e}"));
@@ -316,9 +227,9 @@ impl Backend for OnnxBackend {
 
 fn collect_outputs(model: &str, outputs: SessionOutputs<'_>, wanted: &[String]) -> Result<Vec<Tensor>> {
     let mut tensors = Vec::new();
-    for (name, value) in &outputs {
+    for (name, value) in outputs {
         if wanted.is_empty() || wanted.iter().any(|w| w == name) {
-            tensors.push(from_ort(model, name, &value)?);
+            tensors.push(values::from_ort(model, name, value)?);
         }
     }
     Ok(tensors)
@@ -326,6 +237,8 @@ fn collect_outputs(model: &str, outputs: SessionOutputs<'_>, wanted: &[String]) 
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     fn library() -> Option<PathBuf> {
@@ -335,13 +248,6 @@ mod tests {
 
     fn repo_model(name: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("model_repository").join(name).join("1/model.onnx")
-    }
-
-    #[test]
-    fn le_round_trip() {
-        let values = [1.5f32, -2.0, 3.25];
-        let bytes = le_bytes(&values);
-        assert_eq!(le_vec::<f32>(&bytes), values.to_vec());
     }
 
     #[test]
