@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
-"""A tool for benchmarking on a machine shared with builds and tests (root, cgroup v1). Runs a command while every other process on the machine is held to a small CPU quota (a
-cgroup-v1 cpu group capped at QUOTA of one core), swept every 0.5 s so processes started
-meanwhile are caught too; afterwards everything goes back to the root group."""
+"""For benchmarks on a machine shared with builds and tests (needs root and cgroup v1's cpu
+controller). Runs a command while every other process on the machine is held to a small CPU
+quota (a cpu group capped at QUIET_QUOTA_US per 100 ms, 8 % of one core by default), swept every
+0.5 s so processes started meanwhile are caught too; afterwards everything goes back to the root
+group. `nice` is not enough: libtorch's and ONNX Runtime's intra-op threads wait on each other,
+so any slice given to another process stalls both.
+
+  python3 loadtests/quiet.py <command> [args...]
+"""
 import os, subprocess, sys, time
 
 ROOT = "/sys/fs/cgroup/cpu"
