@@ -55,9 +55,10 @@ def settled(srv, repo):
     return wait_until(done, timeout=120, what="every model loaded or failed")
 
 
-def skip_without_tensorflow(index):
-    """Skips (fails under CI) when the binary was built without the feature."""
-    bad = [m for m in index.values() if m.get("name") == "tf_add_sub" and m.get("state") != "READY"]
+def skip_without_tensorflow(index, model="tf_add_sub"):
+    """Skips (fails under CI) when the binary was built without the feature (`model`, a
+    SavedModel of the index, failed to load for that reason)."""
+    bad = [m for m in index.values() if m.get("name") == model and m.get("state") != "READY"]
     if bad and "has no TensorFlow backend" in bad[0].get("reason", ""):
         if os.environ.get("CI") == "true":
             pytest.fail("CI's tritium binary has no TensorFlow backend: build with --features tensorflow")
