@@ -17,9 +17,12 @@
 //!   TensorFlow's `TF_OVERRIDE_GLOBAL_THREADPOOL=1` at start unless it is set), so those sizes hold per
 //!   instance rather than the first session's size holding for all. `MAX_SESSION_SHARE_COUNT` (default 1)
 //!   lets up to that many instances share one session, as in Triton.
+//! - `TF_INIT_OPS_FILE` names a JSON file of operations each session runs once after it loads
+//!   (`init_ops.rs`).
 //! - TensorFlow runs on the CPU here (PyPI's tensorflow-cpu); KIND_GPU is refused by validation.
 
 mod convert;
+mod init_ops;
 mod signature;
 
 use std::collections::HashMap;
@@ -198,7 +201,8 @@ fn read_signature(model: &str, bundle: &SavedModelBundle, name: &str, tag: &str)
     Ok(Signature { name: name.to_string(), inputs: tensors(def.inputs()), outputs: tensors(def.outputs()) })
 }
 
-fn load(model: &str, dir: &Path, options: &TfOptions) -> Result<Loaded> {
+/// Loads the SavedModel in a session and runs `init_ops` (TF_INIT_OPS_FILE) in it.
+fn load(model: &str, dir: &Path, options: &TfOptions, init_ops: &[String]) -> Result<Loaded> {
     ensure_library()?;
     let mut session_options = SessionOptions::new();
     session_options
@@ -214,6 +218,7 @@ fn load(model: &str, dir: &Path, options: &TfOptions) -> Result<Loaded> {
             ))
         })?;
     let signature = read_signature(model, &bundle, &options.signature, &options.graph_tag)?;
+    init_ops::run(model, &bundle.session, &graph, init_ops)?;
     Ok(Loaded { session: bundle.session, graph, signature })
 }
 
@@ -222,7 +227,7 @@ pub fn inspect(model: &str, dir: &Path, config: &ModelConfig) -> Result<Signatur
     let mut options = TfOptions::from_config(config)?;
     options.intra_op_threads = Some(1);
     options.inter_op_threads = Some(1);
-    Ok(load(model, dir, &options)?.signature)
+    Ok(load(model, dir, &options, &[])?.signature)
 }
 
 /// Completes a config from the signature, as for ONNX (`autocomplete::complete`); tensors of a
@@ -248,17 +253,20 @@ pub struct TensorflowFactory {
     dir: PathBuf,
     config: ModelConfig,
     options: TfOptions,
+    init_ops: Vec<String>,
     sessions: Mutex<Vec<Weak<Loaded>>>,
 }
 
 impl TensorflowFactory {
     pub fn new(config: &ModelConfig, dir: PathBuf) -> Result<Self> {
         let options = TfOptions::from_config(config)?;
+        let init_ops = init_ops::read(config, &dir)?;
         Ok(TensorflowFactory {
             model: config.name.clone(),
             dir,
             config: config.clone(),
             options,
+            init_ops,
             sessions: Mutex::new(Vec::new()),
         })
     }
@@ -271,7 +279,7 @@ impl TensorflowFactory {
                 return Ok(loaded);
             }
         }
-        let loaded = Arc::new(load(&self.model, &self.dir, &self.options)?);
+        let loaded = Arc::new(load(&self.model, &self.dir, &self.options, &self.init_ops)?);
         sessions.push(Arc::downgrade(&loaded));
         Ok(loaded)
     }
