@@ -64,9 +64,9 @@ PYTHON="$PYTHON" bash "$REPO/scripts/install_libtorch.sh"
 
 if [ "${TENSORFLOW:-1}" != 0 ]; then
   PYTHON="$PYTHON" bash "$REPO/scripts/install_tensorflow.sh"
-  # Importing TensorFlow takes seconds: run the maker only when a SavedModel is missing.
+  # Importing TensorFlow takes seconds: run the maker only when a SavedModel or GraphDef is missing.
   for version in "$REPO"/examples/tensorflow_models/tf_*/1; do
-    if [ ! -f "$version/model.savedmodel/saved_model.pb" ]; then
+    if [ ! -f "$version/model.savedmodel/saved_model.pb" ] && [ ! -f "$version/model.graphdef" ]; then
       "$REPO/.tensorflow/venv/bin/python" "$REPO/model_repository/generate_savedmodel.py"
       break
     fi

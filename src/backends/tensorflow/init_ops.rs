@@ -13,14 +13,14 @@ use crate::config::ModelConfig;
 
 pub const PARAMETER: &str = "TF_INIT_OPS_FILE";
 
-/// The operations the config's `TF_INIT_OPS_FILE` names (none without the parameter). `savedmodel`
-/// is `<model>/<version>/model.savedmodel` (or the config's `default_model_filename`).
-pub fn read(config: &ModelConfig, savedmodel: &Path) -> Result<Vec<String>> {
+/// The operations the config's `TF_INIT_OPS_FILE` names (none without the parameter). `model_file`
+/// is `<model>/<version>/model.savedmodel` or `model.graphdef` (or `default_model_filename`).
+pub fn read(config: &ModelConfig, model_file: &Path) -> Result<Vec<String>> {
     let Some(file) = config.parameters.get(PARAMETER).map(|p| p.string_value.trim()).filter(|s| !s.is_empty()) else {
         return Ok(Vec::new());
     };
     let model = &config.name;
-    let version_dir = savedmodel.parent().unwrap_or(Path::new("."));
+    let version_dir = model_file.parent().unwrap_or(Path::new("."));
     let model_dir = version_dir.parent().unwrap_or(Path::new("."));
     let candidates: Vec<PathBuf> = [version_dir, model_dir].iter().map(|d| d.join(file)).collect();
     let Some(path) = candidates.iter().find(|p| p.is_file()) else {
