@@ -129,24 +129,28 @@ def test_keyword_spotter_matches_tensorflow_in_process(service, tmp_path):
 
 
 def test_the_readme_calls_over_plain_json(service):
-    """The README's curl calls, as JSON over HTTP: the three models answer the same request body."""
-    body = {"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["where is my package?"]}]}
-    res = requests.post(f"{service.base}/v2/models/intent/infer", json=body, timeout=30)
+    """The README's three curl calls (the same JSON bodies) give the answers the README shows."""
+    url = f"{service.base}/v2/models/{{}}/infer"
+    res = requests.post(url.format("intent"), json={
+        "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["I was charged twice"]}],
+        "outputs": [{"name": "PROBS", "parameters": {"classification": 1}}]}, timeout=30)
     assert res.status_code == 200, res.text
-    probs = res.json()["outputs"][0]["data"]
-    assert generate.INTENTS[int(np.argmax(probs))] == "shipping", probs
-    res = requests.post(f"{service.base}/v2/models/sentiment/infer", json={
-        **body, "outputs": [{"name": "SCORES", "parameters": {"classification": 1}}]}, timeout=30)
+    assert res.json()["outputs"][0]["data"][0].endswith(":0:billing"), res.text
+    res = requests.post(url.format("sentiment"), json={
+        "inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["thank you, great service"]}]},
+        timeout=30)
     assert res.status_code == 200, res.text
-    assert res.json()["outputs"][0]["data"][0].endswith(":neutral"), res.text
-    audio = generate_audio(1)
-    res = requests.post(f"{service.base}/v2/models/keyword_spotter/infer", json={
-        "inputs": [{"name": "AUDIO", "shape": [1, 16000], "datatype": "FP32", "data": audio.ravel().tolist()}],
+    outputs = {o["name"]: o["data"] for o in res.json()["outputs"]}
+    want_compound, want_scores = generate.sentiment_scores(["thank you, great service"], generate.vader_lexicon())
+    np.testing.assert_allclose(outputs["COMPOUND"], want_compound[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(outputs["SCORES"], want_scores[0], rtol=0, atol=1e-6)
+    res = requests.post(url.format("keyword_spotter"), json={
+        "inputs": [{"name": "AUDIO", "shape": [1, 16000], "datatype": "FP32", "data": [0.0] * 16000}],
         "outputs": [{"name": "KEYWORD"}]}, timeout=30)
     assert res.status_code == 200, res.text
-    assert res.json()["outputs"][0]["shape"] == [1, 1], res.text
+    assert res.json()["outputs"][0] == {"name": "KEYWORD", "datatype": "INT64", "shape": [1, 1], "data": [3]}, res.text
     # A wrong request to one model is that request's 400; the others serve on.
-    res = requests.post(f"{service.base}/v2/models/sentiment/infer", json={
+    res = requests.post(url.format("sentiment"), json={
         "inputs": [{"name": "AUDIO", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}]}, timeout=30)
     assert res.status_code == 400 and "error" in res.json(), res.text
 
