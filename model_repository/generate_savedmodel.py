@@ -249,6 +249,95 @@ def kws_audio(n, seed=5):
     return np.stack(clips).astype(np.float32)
 
 
+def init_ops_graph(dest):
+    """A TF1-style SavedModel (graph, variable, named ops) for TF_INIT_OPS_FILE: OUTPUT0 =
+    INPUT0 * scale, where the variable `scale` is saved as 1; the graph's ops `set_scale_3` and
+    `set_scale_5` assign 3 and 5 to it. Only a server that runs the init ops it is told to
+    answers with another scale than 1. Written whole to `dest`, then loaded back and checked."""
+    tf.get_logger().setLevel("ERROR")  # the TF1 calls below warn that they are TF1
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="INPUT0")
+        scale = tf.compat.v1.Variable(np.ones(4, np.float32), name="scale")
+        y = tf.multiply(x, scale, name="OUTPUT0")
+        tf.compat.v1.assign(scale, np.full(4, 3.0, np.float32), name="set_scale_3")
+        tf.compat.v1.assign(scale, np.full(4, 5.0, np.float32), name="set_scale_5")
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            builder = tf.compat.v1.saved_model.Builder(dest)
+            sig = tf.compat.v1.saved_model.predict_signature_def({"INPUT0": x}, {"OUTPUT0": y})
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
+            builder.save()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        meta = tf.compat.v1.saved_model.load(sess, ["serve"], dest)
+        sig = meta.signature_def["serving_default"]
+        feed = {sig.inputs["INPUT0"].name: np.arange(8, dtype=np.float32).reshape(2, 4)}
+        out = sess.run(sig.outputs["OUTPUT0"].name, feed)
+        assert np.array_equal(out, feed[sig.inputs["INPUT0"].name]), out
+        sess.run("set_scale_3")
+        assert np.array_equal(sess.run(sig.outputs["OUTPUT0"].name, feed), 3 * out)
+
+
+def graphdef_add_sub():
+    """A frozen GraphDef (no variables): nodes INPUT0, INPUT1 (FP32 [-1, 16]) -> OUTPUT0 (sum),
+    OUTPUT1 (difference). Returns (GraphDef bytes, check(session, graph))."""
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf.compat.v1.placeholder(tf.float32, [None, 16], name="INPUT0")
+        b = tf.compat.v1.placeholder(tf.float32, [None, 16], name="INPUT1")
+        tf.add(a, b, name="OUTPUT0")
+        tf.subtract(a, b, name="OUTPUT1")
+
+    def check(sess):
+        x = np.arange(32, dtype=np.float32).reshape(2, 16)
+        out = sess.run(["OUTPUT0:0", "OUTPUT1:0"], {"INPUT0:0": x, "INPUT1:0": np.ones_like(x)})
+        assert np.array_equal(out[0], x + 1) and np.array_equal(out[1], x - 1)
+
+    return graph.as_graph_def().SerializeToString(), check
+
+
+def graphdef_init():
+    """A GraphDef with a variable, as TF1 training code wrote them: OUTPUT0 = INPUT0 * weight
+    (FP32 [-1, 4]), the variable `weight` given its value (2) only by the op `init` (the
+    global-variables initializer). Without TF_INIT_OPS_FILE naming `init` a run fails
+    (uninitialized variable)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="INPUT0")
+        weight = tf.compat.v1.Variable(np.full(4, 2.0, np.float32), name="weight", use_resource=False)
+        tf.multiply(x, weight, name="OUTPUT0")
+        tf.compat.v1.global_variables_initializer()  # its op is named "init"
+
+    def check(sess):
+        sess.run("init")
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        assert np.array_equal(sess.run("OUTPUT0:0", {"INPUT0:0": x}), 2 * x)
+
+    return graph.as_graph_def().SerializeToString(), check
+
+
+# GraphDef models: folder -> maker of (bytes, check); written to <folder>/1/model.graphdef.
+GRAPHDEFS = {"tf_graphdef_add_sub": graphdef_add_sub, "tf_graphdef_init": graphdef_init}
+
+
+def save_graphdef(make, dest):
+    data, check = make()
+    graph = tf.Graph()
+    with graph.as_default():
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(data)
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=graph) as sess:
+            check(sess)
+    part = dest + ".tmp"
+    with open(part, "wb") as f:
+        f.write(data)
+    os.replace(part, dest)
+
+
+# Models written by a function of their own (TF1 graphs), rather than saved from a tf.Module.
+WRITERS = {"tf_init_ops": init_ops_graph}
+
 # (model folder, maker); the same SavedModel may serve several configs (tf_autocomplete).
 MODELS = [
     ("tf_add_sub", add_sub),
@@ -258,17 +347,21 @@ MODELS = [
     ("tf_scale", scale),
     ("tf_mlp", mlp),
     ("keyword_spotter", keyword_spotter),
+    ("tf_init_ops", None),
 ]
 
 
-def save(make, dest):
-    module, fn, check = make()
+def save(name, make, dest):
     tmp = tempfile.mkdtemp(prefix="savedmodel-", dir=os.path.dirname(dest))
     path = os.path.join(tmp, "model.savedmodel")
     try:
-        tf.saved_model.save(module, path, signatures={"serving_default": fn})
-        loaded = tf.saved_model.load(path)
-        check(loaded.signatures["serving_default"])
+        if name in WRITERS:
+            WRITERS[name](path)
+        else:
+            module, fn, check = make()
+            tf.saved_model.save(module, path, signatures={"serving_default": fn})
+            loaded = tf.saved_model.load(path)
+            check(loaded.signatures["serving_default"])
         if os.path.exists(dest):
             shutil.rmtree(dest)
         os.replace(path, dest)
@@ -287,7 +380,14 @@ def main():
         if not args.force and os.path.isfile(os.path.join(dest, "saved_model.pb")):
             continue
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        save(make, dest)
+        save(name, make, dest)
+        made.append(name)
+    for name, make in GRAPHDEFS.items():
+        dest = os.path.join(TF_MODELS, name, "1", "model.graphdef")
+        if not args.force and os.path.isfile(dest):
+            continue
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        save_graphdef(make, dest)
         made.append(name)
     if made:
         print(f"generate_savedmodel.py: wrote {', '.join(made)}", file=sys.stderr)

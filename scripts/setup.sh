@@ -14,6 +14,9 @@
 #     (scripts/install_tensorflow.sh: PyPI's tensorflow-cpu==2.21.0 in its own venv, about
 #     1.6 GB, and links to its C API library) and the SavedModels of examples/tensorflow_models/
 #     (model_repository/generate_savedmodel.py); TENSORFLOW=0 leaves both out;
+#   - the customer-service example (examples/customer_service/generate.py): a TorchScript text
+#     classifier trained there on hand-written requests, and an ONNX sentiment model over the
+#     VADER lexicon of PyPI's vaderSentiment==3.3.2 wheel (fetched with pip download);
 #   - Triton's Python backend for `backend: "python"` models: the PyPI wheel nvidia-pytriton
 #     (Triton 2.51's libtriton_python.so, triton_python_backend_utils.py, the stubs and the
 #     reference tritonserver) in its own venv at .pytriton/venv, with numpy<2 for the stub (its
@@ -56,12 +59,14 @@ PYTHON="$PYTHON" bash "$REPO/scripts/install_libtorch.sh"
 "$VENV/bin/python" "$REPO/model_repository/generate_torchscript.py"
 "$VENV/bin/python" "$REPO/model_repository/fetch_models.py"
 "$VENV/bin/python" "$REPO/examples/triton_client_models/generate.py"
+# The customer-service example's TorchScript and ONNX models (its SavedModel is made below).
+"$VENV/bin/python" "$REPO/examples/customer_service/generate.py"
 
 if [ "${TENSORFLOW:-1}" != 0 ]; then
   PYTHON="$PYTHON" bash "$REPO/scripts/install_tensorflow.sh"
-  # Importing TensorFlow takes seconds: run the maker only when a SavedModel is missing.
+  # Importing TensorFlow takes seconds: run the maker only when a SavedModel or GraphDef is missing.
   for version in "$REPO"/examples/tensorflow_models/tf_*/1; do
-    if [ ! -f "$version/model.savedmodel/saved_model.pb" ]; then
+    if [ ! -f "$version/model.savedmodel/saved_model.pb" ] && [ ! -f "$version/model.graphdef" ]; then
       "$REPO/.tensorflow/venv/bin/python" "$REPO/model_repository/generate_savedmodel.py"
       break
     fi

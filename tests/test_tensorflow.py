@@ -4,7 +4,8 @@ examples/tensorflow_models/ (made by model_repository/generate_savedmodel.py), t
 names mapped to the serving signature, auto-complete from the signature, every datatype with
 BYTES elements holding NUL and invalid UTF-8, dynamic batching, instances, an ensemble of an ONNX,
 a TensorFlow and a PyTorch step, a TorchScript model and a SavedModel under load in one process,
-and bad models and bad requests that fail alone with TensorFlow's reason.
+the init ops of TF_INIT_OPS_FILE, GraphDef models, and bad models and bad requests that fail alone with
+TensorFlow's reason.
 
 A binary built without the feature skips this module, except under CI (CI=true), where it fails:
 .ci/run builds with the feature."""
@@ -55,9 +56,10 @@ def settled(srv, repo):
     return wait_until(done, timeout=120, what="every model loaded or failed")
 
 
-def skip_without_tensorflow(index):
-    """Skips (fails under CI) when the binary was built without the feature."""
-    bad = [m for m in index.values() if m.get("name") == "tf_add_sub" and m.get("state") != "READY"]
+def skip_without_tensorflow(index, model="tf_add_sub"):
+    """Skips (fails under CI) when the binary was built without the feature (`model`, a
+    SavedModel of the index, failed to load for that reason)."""
+    bad = [m for m in index.values() if m.get("name") == model and m.get("state") != "READY"]
     if bad and "has no TensorFlow backend" in bad[0].get("reason", ""):
         if os.environ.get("CI") == "true":
             pytest.fail("CI's tritium binary has no TensorFlow backend: build with --features tensorflow")
@@ -377,6 +379,114 @@ def test_bad_models_fail_alone_with_tensorflows_reason(start_server, tmp_path):
     a = np.ones((1, 16), dtype=np.float32)
     res = srv.client.infer("tf_add_sub", add_sub_inputs(httpclient, a, a))
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a * 2)
+
+
+def test_init_ops_file_runs_its_ops_when_each_session_loads(start_server, tmp_path):
+    """TF_INIT_OPS_FILE as Triton reads it: a JSON file of operations, in the version folder or
+    else the model folder, run once per session after load. tf_init_ops multiplies by a variable
+    saved as 1; its ops set_scale_3 / set_scale_5 assign 3 / 5."""
+    repo = make_repo(tmp_path / "models", ["tf_init_ops", "tf_add_sub"], [])
+    text = (repo / "tf_init_ops" / "config.pbtxt").read_text()
+
+    def variant(name, config, version_file=None, model_file=None):
+        shutil.copytree(repo / "tf_init_ops" / "1", repo / name / "1")
+        write_config(repo, name, config.replace('"tf_init_ops"', f'"{name}"'))
+        if version_file is not None:
+            (repo / name / "1" / "init_ops.json").write_text(version_file)
+        if model_file is not None:
+            (repo / name / "init_ops.json").write_text(model_file)
+
+    no_parameter = "\n".join(ln for ln in text.splitlines() if "TF_INIT_OPS_FILE" not in ln) + "\n"
+    variant("tf_no_init", no_parameter)
+    variant("tf_version_wins", text, '{"init_ops": ["set_scale_5"]}', '{"init_ops": ["set_scale_3"]}')
+    variant("tf_init_missing", text)
+    variant("tf_init_unknown_op", text, model_file='{"init_ops": ["set_scale_7"]}')
+    variant("tf_init_not_json", text, model_file="set_scale_3")
+    instances = text + "instance_group [ { kind: KIND_CPU count: 2 } ]\n"
+    variant("tf_init_two_sessions", instances, model_file='{"init_ops": ["set_scale_5"]}')
+    srv = start_server(repo, args=["--exit-on-error=false"], wait_for="live", timeout=120)
+    index = settled(srv, repo)
+    skip_without_tensorflow(index)
+    failed = {
+        "tf_init_missing": "TF_INIT_OPS_FILE 'init_ops.json' is in neither",
+        "tf_init_unknown_op": "init op 'set_scale_7'",
+        "tf_init_not_json": "not JSON",
+    }
+    for name, why in failed.items():
+        assert index[name]["state"] == "UNAVAILABLE", index[name]
+        assert why in index[name]["reason"], index[name]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    scales = {"tf_init_ops": 3, "tf_no_init": 1, "tf_version_wins": 5, "tf_init_two_sessions": 5}
+    grpc = grpcclient.InferenceServerClient(srv.grpc_url)
+    try:
+        for proto, client in ((httpclient, srv.client), (grpcclient, grpc)):
+            for name, scale in scales.items():
+                assert index[name]["state"] == "READY", index[name]
+                # Several calls: with two instances each session must have run the ops.
+                for _ in range(4):
+                    t = proto.InferInput("INPUT0", [2, 4], "FP32")
+                    t.set_data_from_numpy(x)
+                    np.testing.assert_array_equal(client.infer(name, [t]).as_numpy("OUTPUT0"), x * scale)
+    finally:
+        grpc.close()
+    assert index["tf_add_sub"]["state"] == "READY", index["tf_add_sub"]
+
+
+def test_graphdef_models_by_node_name(start_server, tmp_path):
+    """platform tensorflow_graphdef: config tensors named after the graph's nodes; a GraphDef
+    whose variable only its init op sets serves once TF_INIT_OPS_FILE names that op, and fails
+    each request with TensorFlow's reason without it; bad GraphDefs fail alone."""
+    repo = make_repo(tmp_path / "models", ["tf_graphdef_add_sub", "tf_graphdef_init", "tf_add_sub"], [])
+    add_sub = (repo / "tf_graphdef_add_sub" / "config.pbtxt").read_text()
+    init = (repo / "tf_graphdef_init" / "config.pbtxt").read_text()
+
+    def variant(name, source, config):
+        shutil.copytree(repo / source / "1", repo / name / "1")
+        write_config(repo, name, config.replace(f'"{source}"', f'"{name}"'))
+
+    variant("tf_graphdef_uninit", "tf_graphdef_init",
+            "\n".join(ln for ln in init.splitlines() if "TF_INIT_OPS_FILE" not in ln) + "\n")
+    variant("tf_graphdef_no_node", "tf_graphdef_add_sub", add_sub.replace('"INPUT1"', '"INPUT9"'))
+    variant("tf_graphdef_bad_index", "tf_graphdef_add_sub", add_sub.replace('"OUTPUT1"', '"OUTPUT1:3"'))
+    variant("tf_graphdef_no_io", "tf_graphdef_add_sub",
+            'name: "tf_graphdef_no_io"\nplatform: "tensorflow_graphdef"\nmax_batch_size: 8\n')
+    variant("tf_graphdef_corrupt", "tf_graphdef_add_sub", add_sub)
+    (repo / "tf_graphdef_corrupt" / "1" / "model.graphdef").write_bytes(b"\x0a\xff\xff not a protobuf")
+    srv = start_server(repo, args=["--exit-on-error=false"], wait_for="live", timeout=120)
+    index = settled(srv, repo)
+    skip_without_tensorflow(index)
+    failed = {
+        "tf_graphdef_no_node": "the GraphDef has no node 'INPUT9'",
+        "tf_graphdef_bad_index": "node 'OUTPUT1' has 1 output(s)",
+        "tf_graphdef_corrupt": "could not import",
+        "tf_graphdef_no_io": "must specify at least one 'input'",
+    }
+    for name, why in failed.items():
+        assert index[name]["state"] == "UNAVAILABLE", index[name]
+        assert why in index[name]["reason"], index[name]
+    for name in ("tf_graphdef_add_sub", "tf_graphdef_init", "tf_graphdef_uninit", "tf_add_sub"):
+        assert index[name]["state"] == "READY", index[name]
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.full((2, 16), 3, dtype=np.float32)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    grpc = grpcclient.InferenceServerClient(srv.grpc_url)
+    try:
+        for proto, client in ((httpclient, srv.client), (grpcclient, grpc)):
+            res = client.infer("tf_graphdef_add_sub", add_sub_inputs(proto, a, b))
+            np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+            np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
+            t = proto.InferInput("INPUT0", [2, 4], "FP32")
+            t.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer("tf_graphdef_init", [t]).as_numpy("OUTPUT0"), 2 * x)
+            with pytest.raises(InferenceServerException, match="uninitialized"):
+                client.infer("tf_graphdef_uninit", [t])
+        # The model whose runs TensorFlow refused is still ready (and the others served on above).
+        states = {m["name"]: m.get("state") for m in srv.index()}
+        assert states["tf_graphdef_uninit"] == "READY", states
+        meta = srv.client.get_model_metadata("tf_graphdef_add_sub")
+        assert meta["platform"] == "tensorflow_graphdef", meta
+    finally:
+        grpc.close()
 
 
 def test_strict_config_is_not_completed(start_server, tmp_path):

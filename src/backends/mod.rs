@@ -219,15 +219,20 @@ pub fn factory(
 }
 
 /// A SavedModel's factory: `<version>/model.savedmodel/` (or `default_model_filename`), loaded by
-/// each instance; TensorFlow's library is loaded with the first.
+/// each instance; TensorFlow's library is loaded with the first. A GraphDef's: `<version>/model.graphdef`.
 #[cfg(feature = "tensorflow")]
 fn tensorflow_factory(config: &ModelConfig, model_dir: &Path, version: i64) -> Result<Arc<dyn BackendFactory>> {
     if config.platform == "tensorflow_graphdef" {
-        return Err(Error::unsupported(format!(
-            "model '{}': TensorFlow GraphDef models are not supported; save the model as a SavedModel \
-             (platform \"tensorflow_savedmodel\", <version>/model.savedmodel/)",
-            config.name
-        )));
+        let file = model_file(config, model_dir, version, "model.graphdef");
+        if !file.is_file() {
+            return Err(Error::invalid(format!(
+                "model '{}' version {version}: {} is not a GraphDef file",
+                config.name,
+                file.display()
+            )));
+        }
+        tensorflow::ensure_library()?;
+        return Ok(Arc::new(tensorflow::TensorflowFactory::new(config, file)?));
     }
     let dir = model_file(config, model_dir, version, "model.savedmodel");
     if !dir.join("saved_model.pb").is_file() && !dir.join("saved_model.pbtxt").is_file() {

@@ -40,7 +40,9 @@ pub fn normalize(config: &mut ModelConfig, gpus: usize) {
         }
     }
     if config.default_model_filename.is_empty() {
-        if let Some(file) = default_model_filename(&config.backend) {
+        // TensorFlow's two platforms have two files, as in Triton.
+        let graphdef = (config.platform == "tensorflow_graphdef").then_some("model.graphdef");
+        if let Some(file) = graphdef.or_else(|| default_model_filename(&config.backend)) {
             config.default_model_filename = file.to_string();
         }
     }
@@ -124,6 +126,8 @@ mod tests {
             let mut config = ModelConfig { name: "m".into(), platform: platform.into(), ..Default::default() };
             normalize(&mut config, 0);
             assert_eq!((config.backend.as_str(), config.platform.as_str()), ("tensorflow", platform));
+            let file = if platform == "tensorflow_graphdef" { "model.graphdef" } else { "model.savedmodel" };
+            assert_eq!(config.default_model_filename, file);
         }
     }
 }

@@ -17,9 +17,15 @@
 //!   TensorFlow's `TF_OVERRIDE_GLOBAL_THREADPOOL=1` at start unless it is set), so those sizes hold per
 //!   instance rather than the first session's size holding for all. `MAX_SESSION_SHARE_COUNT` (default 1)
 //!   lets up to that many instances share one session, as in Triton.
+//! - `platform: "tensorflow_graphdef"`: `<version>/model.graphdef`, config tensors named after the graph's
+//!   nodes (`graphdef.rs`).
+//! - `TF_INIT_OPS_FILE` names a JSON file of operations each session runs once after it loads
+//!   (`init_ops.rs`).
 //! - TensorFlow runs on the CPU here (PyPI's tensorflow-cpu); KIND_GPU is refused by validation.
 
 mod convert;
+mod graphdef;
+mod init_ops;
 mod signature;
 
 use std::collections::HashMap;
@@ -198,12 +204,18 @@ fn read_signature(model: &str, bundle: &SavedModelBundle, name: &str, tag: &str)
     Ok(Signature { name: name.to_string(), inputs: tensors(def.inputs()), outputs: tensors(def.outputs()) })
 }
 
-fn load(model: &str, dir: &Path, options: &TfOptions) -> Result<Loaded> {
+fn session_options(model: &str, options: &TfOptions) -> Result<SessionOptions> {
     ensure_library()?;
     let mut session_options = SessionOptions::new();
     session_options
         .set_config(&options.session_config())
         .map_err(|e| Error::internal(format!("model '{model}': TensorFlow refused the session options: {e}")))?;
+    Ok(session_options)
+}
+
+/// Loads the SavedModel in a session and runs `init_ops` (TF_INIT_OPS_FILE) in it.
+fn load(model: &str, dir: &Path, options: &TfOptions, init_ops: &[String]) -> Result<Loaded> {
+    let session_options = session_options(model, options)?;
     let mut graph = Graph::new();
     let bundle =
         SavedModelBundle::load(&session_options, [options.graph_tag.as_str()], &mut graph, dir).map_err(|e| {
@@ -214,7 +226,18 @@ fn load(model: &str, dir: &Path, options: &TfOptions) -> Result<Loaded> {
             ))
         })?;
     let signature = read_signature(model, &bundle, &options.signature, &options.graph_tag)?;
+    init_ops::run(model, &bundle.session, &graph, init_ops)?;
     Ok(Loaded { session: bundle.session, graph, signature })
+}
+
+/// Imports a GraphDef into a session, its "signature" made from the config's node names, and
+/// runs `init_ops` in it.
+fn load_graphdef(config: &ModelConfig, file: &Path, options: &TfOptions, init_ops: &[String]) -> Result<Loaded> {
+    let model = &config.name;
+    let (graph, session) = graphdef::import(model, file, &session_options(model, options)?)?;
+    let signature = graphdef::signature(config, &graph)?;
+    init_ops::run(model, &session, &graph, init_ops)?;
+    Ok(Loaded { session, graph, signature })
 }
 
 /// The signature a SavedModel is served through (for config auto-complete).
@@ -222,7 +245,7 @@ pub fn inspect(model: &str, dir: &Path, config: &ModelConfig) -> Result<Signatur
     let mut options = TfOptions::from_config(config)?;
     options.intra_op_threads = Some(1);
     options.inter_op_threads = Some(1);
-    Ok(load(model, dir, &options)?.signature)
+    Ok(load(model, dir, &options, &[])?.signature)
 }
 
 /// Completes a config from the signature, as for ONNX (`autocomplete::complete`); tensors of a
@@ -241,24 +264,27 @@ pub fn auto_complete(config: &mut ModelConfig, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Makes the instances of one version: a session each, or shared by up to
-/// `MAX_SESSION_SHARE_COUNT` instances.
+/// Makes the instances of one version (a SavedModel folder or a GraphDef file in `dir`): a session each, or
+/// shared by up to `MAX_SESSION_SHARE_COUNT` instances.
 pub struct TensorflowFactory {
     model: String,
     dir: PathBuf,
     config: ModelConfig,
     options: TfOptions,
+    init_ops: Vec<String>,
     sessions: Mutex<Vec<Weak<Loaded>>>,
 }
 
 impl TensorflowFactory {
     pub fn new(config: &ModelConfig, dir: PathBuf) -> Result<Self> {
         let options = TfOptions::from_config(config)?;
+        let init_ops = init_ops::read(config, &dir)?;
         Ok(TensorflowFactory {
             model: config.name.clone(),
             dir,
             config: config.clone(),
             options,
+            init_ops,
             sessions: Mutex::new(Vec::new()),
         })
     }
@@ -271,7 +297,11 @@ impl TensorflowFactory {
                 return Ok(loaded);
             }
         }
-        let loaded = Arc::new(load(&self.model, &self.dir, &self.options)?);
+        let loaded = Arc::new(if self.config.platform == graphdef::PLATFORM {
+            load_graphdef(&self.config, &self.dir, &self.options, &self.init_ops)?
+        } else {
+            load(&self.model, &self.dir, &self.options, &self.init_ops)?
+        });
         sessions.push(Arc::downgrade(&loaded));
         Ok(loaded)
     }

@@ -20,6 +20,16 @@ fn savedmodel(name: &str) -> Option<PathBuf> {
     (dir.join("saved_model.pb").is_file() && library.join("libtensorflow.so").exists()).then_some(dir)
 }
 
+fn graphdef(name: &str) -> Option<PathBuf> {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/tensorflow_models")
+        .join(name)
+        .join("1/model.graphdef");
+    let library =
+        std::env::var_os(DIR_VARIABLE).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(SETUP_TENSORFLOW_DIR));
+    (file.is_file() && library.join("libtensorflow.so").exists()).then_some(file)
+}
+
 fn spec() -> InstanceSpec {
     InstanceSpec {
         name: "m_0".into(),
@@ -184,4 +194,38 @@ fn a_missing_signature_and_a_broken_savedmodel_fail_with_the_reason() {
     let e = inspect("m", broken.path(), &config(r#"{"name":"m"}"#)).unwrap_err();
     assert_eq!(e.kind, tritium_actors::ErrorKind::InvalidArgument);
     assert!(e.to_string().contains("TensorFlow could not load"), "{e}");
+}
+
+#[test]
+fn a_graphdef_is_served_by_node_name_and_its_init_ops_run_per_session() {
+    let Some(file) = graphdef("tf_graphdef_init") else {
+        eprintln!("skipped: run scripts/setup.sh for TensorFlow and the GraphDefs");
+        return;
+    };
+    let json = |init: bool| {
+        format!(
+            r#"{{"name":"g","platform":"tensorflow_graphdef","max_batch_size":8{}
+                "input":[{{"name":"INPUT0","data_type":"TYPE_FP32","dims":[4]}}],
+                "output":[{{"name":"OUTPUT0","data_type":"TYPE_FP32","dims":[4]}}]}}"#,
+            if init { r#","parameters":{"TF_INIT_OPS_FILE":{"string_value":"init_ops.json"}},"# } else { "," }
+        )
+    };
+    let x: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let inputs = vec![Tensor::new("INPUT0", DataType::F32, vec![2, 4], f32_bytes(&x))];
+    // Two instances, two sessions: each ran `init` (the variable is 2).
+    let factory = TensorflowFactory::new(&config(&json(true)), file.clone()).unwrap();
+    for _ in 0..2 {
+        let mut backend = factory.create(&spec()).unwrap();
+        let out = backend.execute(BatchInput::bare(&inputs, &[], 2)).unwrap();
+        assert_eq!(out[0].data, f32_bytes(&x.iter().map(|v| v * 2.0).collect::<Vec<_>>()));
+    }
+    // Without the init ops the variable is unset: TensorFlow's FailedPrecondition, the request's error.
+    let mut backend = TensorflowFactory::new(&config(&json(false)), file.clone()).unwrap().create(&spec()).unwrap();
+    let e = backend.execute(BatchInput::bare(&inputs, &[], 2)).unwrap_err();
+    assert_eq!(e.kind, tritium_actors::ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("uninitialized"), "{e}");
+    // A config tensor the graph lacks fails the load, naming it.
+    let bad = config(&json(true).replace("\"OUTPUT0\"", "\"OUTPUT9\""));
+    let e = TensorflowFactory::new(&bad, file).unwrap().create(&spec()).err().unwrap().to_string();
+    assert!(e.contains("the GraphDef has no node 'OUTPUT9'"), "{e}");
 }
