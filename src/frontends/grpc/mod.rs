@@ -54,6 +54,10 @@ pub struct GrpcOptions {
     /// `--grpc-max-connection-age` and `--grpc-max-connection-age-grace`.
     pub max_connection_age: Option<Duration>,
     pub max_connection_age_grace: Option<Duration>,
+    /// Most streams open at once on one connection (`--grpc-max-concurrent-streams`; 0: none).
+    pub max_concurrent_streams: u32,
+    /// Most connections open at once (`--grpc-max-connections`; 0: none).
+    pub max_connections: usize,
     pub threads: usize,
     /// `--grpc-restricted-protocol`.
     pub restrictions: Arc<crate::frontends::restricted::Restrictions>,

@@ -1,0 +1,212 @@
+"""Slow clients and connection limits (issue 16, point 4): a client that sends its headers and
+then stalls or trickles its body is answered 408 after `--http-body-read-timeout` (Tritium's
+flag; Triton has no body timeout) and loses its connection; `--http-max-connections` and
+`--grpc-max-connections` keep idle connections from taking the server's file descriptors while
+the clients being served carry on; a gRPC connection that never sends HTTP/2's preface is closed.
+"""
+import json
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+
+from helpers import Server, copy_bundled_repo
+
+BODY_TIMEOUT = 2
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    base = tmp_path_factory.mktemp("slowloris")
+    repo = copy_bundled_repo(base / "models", ["add_sub"])
+    s = Server(repo, args=[f"--http-body-read-timeout={BODY_TIMEOUT}", "--http-max-connections=16",
+                           "--http-thread-count=2", "--grpc-max-connections=4"], log_dir=base).start()
+    yield s
+    assert s.stop() == 0, s.log_tail()
+
+
+def add_sub_body():
+    data = list(range(16))
+    return json.dumps({"inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": data},
+        {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": data}]}).encode()
+
+
+def head(port, length):
+    return (f"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode()
+
+
+def read_response(sock, timeout):
+    """Everything the server sends until it closes the connection (or `timeout` passes)."""
+    sock.settimeout(timeout)
+    out = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return out, True
+            out += chunk
+    except socket.timeout:
+        return out, False
+
+
+def assert_timeout_answer(raw):
+    status, _, rest = raw.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 408"), raw[:300]
+    body = json.loads(rest.split(b"\r\n\r\n", 1)[1])
+    assert set(body) == {"error"} and "--http-body-read-timeout" in body["error"], body
+
+
+def fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def infer_ok(s):
+    r = requests.post(s.base + "/v2/models/add_sub/infer", data=add_sub_body(), timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == [2 * x for x in range(16)]
+
+
+def test_a_stalled_body_is_answered_408_and_its_connection_closed(srv):
+    body = add_sub_body()
+    with socket.create_connection(("127.0.0.1", srv.http_port)) as s:
+        s.sendall(head(srv.http_port, len(body)) + body[:20])
+        started = time.monotonic()
+        raw, closed = read_response(s, BODY_TIMEOUT + 8)
+        took = time.monotonic() - started
+    assert_timeout_answer(raw)
+    assert closed, "the connection stays open after a body timeout"
+    assert BODY_TIMEOUT - 0.5 < took < BODY_TIMEOUT + 5, took
+    infer_ok(srv)
+
+
+def test_a_trickled_body_is_cut_off_at_the_same_limit(srv):
+    """One byte every 200 ms never lets the connection go quiet, yet the whole body must
+    arrive within the timeout."""
+    body = add_sub_body()
+    with socket.create_connection(("127.0.0.1", srv.http_port)) as s:
+        s.sendall(head(srv.http_port, len(body)))
+        started, sent = time.monotonic(), 0
+        s.setblocking(True)
+        while time.monotonic() - started < BODY_TIMEOUT + 5 and sent < len(body) - 1:
+            try:
+                s.send(body[sent:sent + 1])
+            except OSError:
+                break  # the server closed the connection
+            sent += 1
+            time.sleep(0.2)
+        raw, _ = read_response(s, 5)
+        took = time.monotonic() - started
+    assert sent < len(body) - 1, "the trickle was never cut off"
+    assert_timeout_answer(raw)
+    assert took < BODY_TIMEOUT + 4, took
+
+
+def test_stalled_bodies_hold_neither_the_workers_nor_the_other_clients(srv):
+    """Ten clients stall their bodies; a normal client is answered at once meanwhile, and the
+    stalled connections are gone after the timeout."""
+    body = add_sub_body()
+    stalled = []
+    for _ in range(10):
+        s = socket.create_connection(("127.0.0.1", srv.http_port))
+        s.sendall(head(srv.http_port, 10_000_000) + b"{")
+        stalled.append(s)
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        infer_ok(srv)
+        assert time.monotonic() - started < 2
+        for s in stalled:
+            raw, closed = read_response(s, BODY_TIMEOUT + 8)
+            assert_timeout_answer(raw)
+            assert closed
+    finally:
+        for s in stalled:
+            s.close()
+    assert body  # the same server answers on
+    infer_ok(srv)
+
+
+def test_idle_connections_past_the_limit_wait_unaccepted(srv):
+    """With --http-max-connections=16, 100 connections that send nothing cost the server at
+    most 32 descriptors (two per connection: the socket and the duplicate that watches for the
+    client leaving); the rest wait in the listen backlog. Once they go, a client is answered."""
+    pid = srv.proc.pid
+    infer_ok(srv)
+    before = fds(pid)
+    idle = [socket.create_connection(("127.0.0.1", srv.http_port)) for _ in range(100)]
+    try:
+        time.sleep(1.0)
+        during = fds(pid)
+        assert during - before <= 2 * 16 + 2, (before, during)
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            infer_ok(srv)
+            break
+        except (requests.RequestException, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert srv.alive()
+
+
+def grpc_add_sub(url):
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"), grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        result = client.infer("add_sub", inputs, client_timeout=30)
+        assert (result.as_numpy("OUTPUT0") == 2 * a).all()
+    finally:
+        client.close()
+
+
+def test_grpc_connections_past_the_limit_wait_and_silent_ones_are_closed(srv):
+    """--grpc-max-connections=4: four connections that never send HTTP/2's preface fill it and a
+    fifth client waits; the silent ones are closed after 10 s, then the client is answered."""
+    pid = srv.proc.pid
+    grpc_add_sub(srv.grpc_url)
+    before = fds(pid)
+    silent = [socket.create_connection(("127.0.0.1", srv.grpc_port)) for _ in range(40)]
+    answered = threading.Event()
+    errors = []
+
+    def client():
+        try:
+            grpc_add_sub(srv.grpc_url)
+            answered.set()
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    try:
+        time.sleep(1.0)
+        assert fds(pid) - before <= 4 + 2, (before, fds(pid))
+        started = time.monotonic()
+        t = threading.Thread(target=client)
+        t.start()
+        time.sleep(2.0)
+        assert not answered.is_set(), "a connection past --grpc-max-connections was served"
+        # The first four silent ones are closed by the server after the preface timeout.
+        for s in silent[:4]:
+            _, closed = read_response(s, 15)
+            assert closed, "a connection that never sent the HTTP/2 preface was kept"
+    finally:
+        for s in silent:
+            s.close()
+    t.join(40)
+    assert not errors, errors
+    assert answered.is_set()
+    assert time.monotonic() - started < 40
+    assert srv.alive()
