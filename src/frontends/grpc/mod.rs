@@ -294,6 +294,7 @@ impl GrpcInferenceService for GrpcService {
         let models = self
             .server
             .repository_index(r.ready)
+            .map_err(error::status)?
             .into_iter()
             .map(|e| pb::repository_index_response::ModelIndex {
                 name: e.name,
