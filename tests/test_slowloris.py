@@ -210,3 +210,36 @@ def test_grpc_connections_past_the_limit_wait_and_silent_ones_are_closed(srv):
     assert answered.is_set()
     assert time.monotonic() - started < 40
     assert srv.alive()
+
+
+def test_grpc_calls_past_the_stream_limit_wait_their_turn(start_server, tmp_path):
+    """--grpc-max-concurrent-streams=2: six 400 ms calls sent at once on one connection, to a
+    model with six instances, run at most two at a time (three rounds, at least 1.2 s), and all
+    are answered."""
+    from helpers import identity_config
+    root = tmp_path / "streams"
+    (root / "slow" / "1").mkdir(parents=True)
+    (root / "slow" / "config.pbtxt").write_text(identity_config("slow", count=6, delay_ms=400))
+    s = start_server(root, args=["--grpc-max-concurrent-streams=2"])
+    client = grpcclient.InferenceServerClient(s.grpc_url)
+    try:
+        data = np.arange(4, dtype=np.float32)
+        inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+        inp.set_data_from_numpy(data)
+        client.infer("slow", [inp], client_timeout=30)  # connected and warm
+        results, done = [], threading.Event()
+
+        def callback(result, error):
+            results.append(error or result)
+            if len(results) == 6:
+                done.set()
+
+        started = time.monotonic()
+        for _ in range(6):
+            client.async_infer("slow", [inp], callback, client_timeout=30)
+        assert done.wait(30), f"{len(results)} of 6 answered"
+        took = time.monotonic() - started
+    finally:
+        client.close()
+    assert all(not isinstance(r, Exception) and (r.as_numpy("OUTPUT0") == data).all() for r in results), results
+    assert took >= 1.2 - 0.05, f"six calls took {took:.2f} s: more than two ran at once"
