@@ -168,6 +168,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             max_connection_age_grace: cli.grpc_extra.grpc_max_connection_age_grace.map(Duration::from_millis),
             max_concurrent_streams: cli.grpc_extra.grpc_max_concurrent_streams,
             max_connections: cli.grpc_extra.grpc_max_connections,
+            message_read_timeout: match cli.grpc_extra.grpc_message_read_timeout {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
             restrictions: Arc::new(grpc_restrictions),
             tls,
         };

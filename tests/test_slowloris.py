@@ -1,6 +1,7 @@
 """Slow clients and connection limits (issue 16, point 4): a client that sends its headers and
 then stalls or trickles its body is answered 408 after `--http-body-read-timeout` (Tritium's
-flag; Triton has no body timeout) and loses its connection; `--http-max-connections` and
+flag; Triton has no body timeout) and loses its connection, as a gRPC message that stalls is
+after `--grpc-message-read-timeout` (DEADLINE_EXCEEDED); `--http-max-connections` and
 `--grpc-max-connections` keep idle connections from taking the server's file descriptors while
 the clients being served carry on; a gRPC connection that never sends HTTP/2's preface is closed.
 """
@@ -25,7 +26,8 @@ def srv(tmp_path_factory):
     base = tmp_path_factory.mktemp("slowloris")
     repo = copy_bundled_repo(base / "models", ["add_sub"])
     s = Server(repo, args=[f"--http-body-read-timeout={BODY_TIMEOUT}", "--http-max-connections=16",
-                           "--http-thread-count=2", "--grpc-max-connections=4"], log_dir=base).start()
+                           "--http-thread-count=2", "--grpc-max-connections=4",
+                           f"--grpc-message-read-timeout={BODY_TIMEOUT}"], log_dir=base).start()
     yield s
     assert s.stop() == 0, s.log_tail()
 
@@ -243,3 +245,92 @@ def test_grpc_calls_past_the_stream_limit_wait_their_turn(start_server, tmp_path
         client.close()
     assert all(not isinstance(r, Exception) and (r.as_numpy("OUTPUT0") == data).all() for r in results), results
     assert took >= 1.2 - 0.05, f"six calls took {took:.2f} s: more than two ran at once"
+
+
+# A gRPC call by hand, over HTTP/2 frames on a raw socket: grpcio cannot stall inside a message.
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(kind, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(name, value):
+    """A header as a literal without indexing, new name, no Huffman (RFC 7541 6.2.2)."""
+    name, value = name.encode(), value.encode()
+    assert len(name) < 127 and len(value) < 127
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def grpc_call_head(port, method):
+    headers = b"".join(hpack_literal(k, v) for k, v in [
+        (":method", "POST"), (":scheme", "http"), (":path", f"/inference.GRPCInferenceService/{method}"),
+        (":authority", f"127.0.0.1:{port}"), ("content-type", "application/grpc"), ("te", "trailers")])
+    return PREFACE + h2_frame(4, 0, 0, b"") + h2_frame(1, 0x4, 1, headers)  # SETTINGS, HEADERS
+
+
+def wait_for_stream_end(sock, timeout):
+    """Reads frames until the server ends stream 1 (HEADERS with END_STREAM, or RST_STREAM);
+    returns the seconds it took, or None if it did not within `timeout`."""
+    started, buf = time.monotonic(), b""
+    sock.settimeout(0.2)
+    while time.monotonic() - started < timeout:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            return time.monotonic() - started  # the connection closed: the stream ended too
+        buf += chunk
+        while len(buf) >= 9:
+            length = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + length:
+                break
+            kind, flags, stream = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+            buf = buf[9 + length:]
+            if kind == 4 and not flags & 1:
+                sock.sendall(h2_frame(4, 1, 0, b""))  # SETTINGS ACK
+            if stream == 1 and (kind == 3 or (kind == 1 and flags & 1)):
+                return time.monotonic() - started
+    return None
+
+
+def test_a_stalled_grpc_message_ends_its_call_and_the_server_serves_on(srv):
+    """ModelInfer: the 5-byte prefix announces 100 bytes, 10 arrive, then nothing."""
+    with socket.create_connection(("127.0.0.1", srv.grpc_port)) as s:
+        s.sendall(grpc_call_head(srv.grpc_port, "ModelInfer"))
+        s.sendall(h2_frame(0, 0, 1, b"\x00" + (100).to_bytes(4, "big") + b"\x0a" * 10))
+        took = wait_for_stream_end(s, BODY_TIMEOUT + 8)
+    assert took is not None, "the stalled call was never ended"
+    assert BODY_TIMEOUT - 0.5 < took < BODY_TIMEOUT + 5, took
+    grpc_add_sub(srv.grpc_url)
+
+
+def test_a_grpc_call_that_sends_no_message_is_ended(srv):
+    with socket.create_connection(("127.0.0.1", srv.grpc_port)) as s:
+        s.sendall(grpc_call_head(srv.grpc_port, "ModelInfer"))
+        took = wait_for_stream_end(s, BODY_TIMEOUT + 8)
+    assert took is not None and took > BODY_TIMEOUT - 0.5, took
+
+
+def test_a_resting_grpc_stream_is_kept_but_a_trickled_message_is_not(srv):
+    """ModelStreamInfer may rest between messages (no message begun: kept past the timeout);
+    a message trickled one byte every 200 ms is cut off at the timeout."""
+    with socket.create_connection(("127.0.0.1", srv.grpc_port)) as s:
+        s.sendall(grpc_call_head(srv.grpc_port, "ModelStreamInfer"))
+        assert wait_for_stream_end(s, BODY_TIMEOUT + 1.5) is None, "a resting stream was ended"
+        message = b"\x00" + (100).to_bytes(4, "big") + b"\x0a" * 100
+        started = time.monotonic()
+        s.setblocking(True)
+        for i in range(len(message)):
+            try:
+                s.sendall(h2_frame(0, 0, 1, message[i:i + 1]))
+            except OSError:
+                break
+            if time.monotonic() - started > BODY_TIMEOUT + 0.5:
+                break
+            time.sleep(0.2)
+        took = wait_for_stream_end(s, 5)
+    assert took is not None, "the trickled message was never cut off"
+    assert time.monotonic() - started < BODY_TIMEOUT + 6
+    grpc_add_sub(srv.grpc_url)

@@ -129,4 +129,9 @@ pub struct GrpcFlags {
     /// Tritium's flag: Triton has none.
     #[arg(long, default_value_t = 10_000)]
     pub grpc_max_connections: usize,
+    /// Seconds one request message may take to arrive once it has begun (for calls other than
+    /// ModelStreamInfer, once the call has begun); past it the call ends with DEADLINE_EXCEEDED
+    /// (0: no limit). Tritium's flag: Triton has none.
+    #[arg(long, default_value_t = 60)]
+    pub grpc_message_read_timeout: u64,
 }

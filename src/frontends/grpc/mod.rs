@@ -58,6 +58,8 @@ pub struct GrpcOptions {
     pub max_concurrent_streams: u32,
     /// Most connections open at once (`--grpc-max-connections`; 0: none).
     pub max_connections: usize,
+    /// How long one request message may take to arrive (`--grpc-message-read-timeout`).
+    pub message_read_timeout: Option<Duration>,
     pub threads: usize,
     /// `--grpc-restricted-protocol`.
     pub restrictions: Arc<crate::frontends::restricted::Restrictions>,

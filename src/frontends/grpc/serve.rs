@@ -104,10 +104,11 @@ fn serving_thread(
             if let Some(age) = opts.max_connection_age {
                 builder = builder.max_connection_age(age);
             }
-            let (restrictions, limit) = (opts.restrictions.clone(), opts.max_message_bytes);
+            let (restrictions, limit, timeout) =
+                (opts.restrictions.clone(), opts.max_message_bytes, opts.message_read_timeout);
             let result = builder
-                .add_service(Guarded::new(service, restrictions.clone(), limit))
-                .add_service(Guarded::new(health::service(server), restrictions, limit))
+                .add_service(Guarded::new(service, restrictions.clone(), limit, timeout))
+                .add_service(Guarded::new(health::service(server), restrictions, limit, timeout))
                 .serve_with_incoming_shutdown(incoming, stopped(stop))
                 .await;
             if let Err(e) = result {
