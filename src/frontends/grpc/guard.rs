@@ -241,6 +241,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use http_body::Body as _;
+
     use super::*;
 
     #[test]
