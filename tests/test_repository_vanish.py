@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from helpers import error_text, identity_config, wait_until
 
@@ -36,13 +38,28 @@ def ready(srv):
 
 
 def assert_gone(srv, repo):
+    """Triton 2.51's HTTP answers, taken from the real server with its repository renamed; gRPC
+    carries the same status (INTERNAL for the index)."""
     r = infer(srv, [1.0])
     assert r.status_code == 404, r.text
     assert "unknown model" in error_text(r), r.text
+    r = srv.get("/v2/models/echo/config")
+    assert r.status_code == 404 and error_text(r) == "Request for unknown model: 'echo' has no available versions"
+    r = srv.get("/v2/models/echo/ready")
+    assert r.status_code == 400 and error_text(r) == "Model version not ready"
     index = srv.post("/v2/repository/index", timeout=10)
     assert index.status_code == 500, index.text
     assert error_text(index) == f"failed to open directory {repo}"
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as e:
+            client.get_model_repository_index()
+        assert e.value.status() == "StatusCode.INTERNAL" and e.value.message() == f"failed to open directory {repo}"
+    finally:
+        client.close()
+    # The server stays live and ready: a model gone from the repository is not one it waits for.
     assert srv.get("/v2/health/live").status_code == 200
+    assert srv.get("/v2/health/ready").status_code == 200
 
 
 def assert_serving(srv):
