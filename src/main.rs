@@ -122,11 +122,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let exit_timeout = Duration::from_secs(cli.exit_timeout_secs);
 
     // Endpoints come up first so that liveness answers while models load.
+    frontends::http::body::set_read_timeout(cli.http_extra.http_body_read_timeout);
     let http = if cli.allow_http {
         let addr = SocketAddr::new(cli.http_address, cli.http_port);
         let opts = frontends::http::HttpOptions {
             workers: if cli.http_thread_count == 0 { num_workers() } else { cli.http_thread_count },
             max_body_bytes: cli.http_max_input_size,
+            max_connections: cli.http_extra.http_max_connections,
             exit_timeout_secs: cli.exit_timeout_secs,
             reuse_port: cli.http_extra.reuse_http_port,
             header_forward: cli.http_extra.http_header_forward_pattern.clone(),
@@ -164,6 +166,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             header_forward: cli.grpc_extra.grpc_header_forward_pattern.clone(),
             max_connection_age: cli.grpc_extra.grpc_max_connection_age.map(Duration::from_millis),
             max_connection_age_grace: cli.grpc_extra.grpc_max_connection_age_grace.map(Duration::from_millis),
+            max_concurrent_streams: cli.grpc_extra.grpc_max_concurrent_streams,
+            max_connections: cli.grpc_extra.grpc_max_connections,
+            message_read_timeout: match cli.grpc_extra.grpc_message_read_timeout {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
             restrictions: Arc::new(grpc_restrictions),
             tls,
         };

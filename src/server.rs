@@ -224,7 +224,7 @@ impl Server {
         crate::observe::trace::manager().update(model, changes)
     }
 
-    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+    pub fn repository_index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
         self.repository.index(ready_only)
     }
 

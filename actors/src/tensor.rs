@@ -112,9 +112,11 @@ pub fn element_count(shape: &[i64]) -> Result<usize> {
 }
 
 /// Walks Triton's serialized BYTES layout and returns each element's (start, end) byte range.
-/// Fails when the buffer is truncated or has bytes left over.
+/// Fails when the buffer is truncated or has bytes left over. What is reserved up front is
+/// bounded by the data (each element takes at least its 4-byte length), never by the count a
+/// shape only claims.
 pub fn bytes_element_ranges(data: &[u8], expected: usize) -> Result<Vec<(usize, usize)>> {
-    let mut ranges = Vec::with_capacity(expected.min(1 << 20));
+    let mut ranges = Vec::with_capacity(expected.min(data.len() / 4));
     let mut pos = 0usize;
     while pos < data.len() {
         if data.len() - pos < 4 {

@@ -46,6 +46,16 @@ pub struct HttpFlags {
     /// one group only.
     #[arg(long, action = ArgAction::Append)]
     pub http_restricted_api: Vec<String>,
+    /// Seconds a request body may take to arrive once its headers are in (0: no limit). A body
+    /// that stalls or trickles past it is answered 408 and its connection closed. Tritium's
+    /// flag: Triton has no body timeout.
+    #[arg(long, default_value_t = 60)]
+    pub http_body_read_timeout: u64,
+    /// Most HTTP connections open at once (0: no limit of Tritium's; actix's 25,000 per worker
+    /// thread). Past it, new connections wait in the listen backlog until one closes; the
+    /// connections being served are not affected. Tritium's flag: Triton has none.
+    #[arg(long, default_value_t = 10_000)]
+    pub http_max_connections: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -109,4 +119,19 @@ pub struct GrpcFlags {
     /// UNAVAILABLE.
     #[arg(long, action = ArgAction::Append)]
     pub grpc_restricted_protocol: Vec<String>,
+    /// Most HTTP/2 streams (calls) open at once on one gRPC connection (0: no limit, gRPC
+    /// core's default). A client past it waits for a stream to end. Tritium's flag: Triton
+    /// leaves gRPC core's default.
+    #[arg(long, default_value_t = 1024)]
+    pub grpc_max_concurrent_streams: u32,
+    /// Most gRPC connections open at once (0: no limit). Past it, new connections wait in the
+    /// listen backlog until one closes; the connections being served are not affected.
+    /// Tritium's flag: Triton has none.
+    #[arg(long, default_value_t = 10_000)]
+    pub grpc_max_connections: usize,
+    /// Seconds one request message may take to arrive once it has begun (for calls other than
+    /// ModelStreamInfer, once the call has begun); past it the call ends with DEADLINE_EXCEEDED
+    /// (0: no limit). Tritium's flag: Triton has none.
+    #[arg(long, default_value_t = 60)]
+    pub grpc_message_read_timeout: u64,
 }

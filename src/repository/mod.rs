@@ -685,8 +685,14 @@ impl RepositoryManager {
     }
 
     /// `POST /v2/repository/index`: every model on disk or known, with its versions' states;
-    /// with namespaces, a name once per namespace that has it.
-    pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+    /// with namespaces, a name once per namespace that has it. A repository that cannot be read
+    /// (renamed or deleted while serving) fails the index, as in Triton.
+    pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        for repo in &self.opts.repositories {
+            if std::fs::read_dir(repo).is_err() {
+                return Err(Error::internal(format!("failed to open directory {}", repo.display())));
+            }
+        }
         let (found, _) = self.scan();
         let records = self.records.lock();
         let keys: BTreeSet<&ModelKey> = found.keys().chain(records.keys()).collect();
@@ -721,6 +727,6 @@ impl RepositoryManager {
         if ready_only {
             out.retain(|e| e.state == "READY");
         }
-        out
+        Ok(out)
     }
 }

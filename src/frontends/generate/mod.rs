@@ -108,7 +108,8 @@ async fn start(state: &HttpState, path: &ModelPath, req: &HttpRequest, payload: 
     check_length(req, state.max_body_bytes)?;
     // Unknown models are answered before the body is read, as for infer.
     let loaded = state.server.model(&model, version)?;
-    let body = read_body(payload, state.max_body_bytes).await?;
+    // A body timeout is answered here as the other refusals of the generate endpoint are (400).
+    let body = read_body(payload, state.max_body_bytes).await.map_err(|e| e.error)?;
     let mut request = request::decode(&model, version, &loaded.handle.policy, &body, state.max_body_bytes)?;
     crate::frontends::forward::forward_headers(
         state.header_forward.as_ref(),

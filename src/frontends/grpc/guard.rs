@@ -5,14 +5,22 @@
 //! message is refused before it is read, with gRPC core's RESOURCE_EXHAUSTED "Received message
 //! larger than max (N vs. M)" (tonic's own check answers OUT_OF_RANGE with other words). The
 //! call fails; the connection and the server keep serving.
+//!
+//! A message must also arrive whole within `--grpc-message-read-timeout` of its first byte (of
+//! the call's start, for every method but the bidirectional `ModelStreamInfer`, whose stream may
+//! rest between messages): a client that stalls or trickles a message (slow-loris) gets
+//! DEADLINE_EXCEEDED and its stream is reset. Tritium's flag: gRPC core and Triton have none.
 
 use std::convert::Infallible;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::Frame;
+use tokio::time::{sleep, Sleep};
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic::codegen::Service;
@@ -27,11 +35,18 @@ pub struct Guarded<S> {
     inner: S,
     restrictions: Arc<Restrictions>,
     max_message_bytes: usize,
+    /// `--grpc-message-read-timeout` (none: 0).
+    read_timeout: Option<Duration>,
 }
 
 impl<S> Guarded<S> {
-    pub fn new(inner: S, restrictions: Arc<Restrictions>, max_message_bytes: usize) -> Self {
-        Guarded { inner, restrictions, max_message_bytes }
+    pub fn new(
+        inner: S,
+        restrictions: Arc<Restrictions>,
+        max_message_bytes: usize,
+        read_timeout: Option<Duration>,
+    ) -> Self {
+        Guarded { inner, restrictions, max_message_bytes, read_timeout }
     }
 }
 
@@ -60,9 +75,12 @@ where
             let refusal = Status::unavailable(restricted::grpc_message(r)).into_http();
             return Box::pin(std::future::ready(Ok(refusal)));
         }
-        let limit = self.max_message_bytes;
+        let (limit, timeout) = (self.max_message_bytes, self.read_timeout);
         let unary_infer = request.uri().path().ends_with("/ModelInfer");
-        let request = request.map(|body| Body::new(MessageLimit::new(body, limit)));
+        // Every method but the bidirectional stream sends its one message at once.
+        let from_start = !request.uri().path().ends_with("/ModelStreamInfer");
+        let request =
+            request.map(|body| Body::new(MessageLimit::new(body, limit).with_read_timeout(timeout, from_start)));
         let answer = self.inner.call(request);
         if !unary_infer {
             return Box::pin(answer);
@@ -92,12 +110,24 @@ fn too_large(len: usize, limit: usize) -> Status {
     Status::resource_exhausted(format!("Received message larger than max ({len} vs. {limit})"))
 }
 
+/// The refusal of a message that did not arrive in time.
+fn too_slow(timeout: Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "the request message did not arrive within {} s. Use --grpc-message-read-timeout to change the limit.",
+        timeout.as_secs_f64()
+    ))
+}
+
 /// A request body that follows the gRPC framing (1 flag byte, 4 length bytes, the message) and
 /// fails with RESOURCE_EXHAUSTED at the first length prefix over `limit`, before the message's
-/// bytes are read.
+/// bytes are read, and with DEADLINE_EXCEEDED when a message takes longer than the read timeout.
 pub struct MessageLimit<B> {
     inner: B,
     limit: usize,
+    read_timeout: Option<Duration>,
+    /// While a message is arriving (or, for a call that sends at once, until its first has):
+    /// when it must be in.
+    deadline: Option<Pin<Box<Sleep>>>,
     /// Bytes of the current message's body still to pass.
     body_left: usize,
     /// The prefix read so far when it spans frames.
@@ -108,7 +138,37 @@ pub struct MessageLimit<B> {
 
 impl<B> MessageLimit<B> {
     pub fn new(inner: B, limit: usize) -> Self {
-        MessageLimit { inner, limit, body_left: 0, prefix: [0; 5], prefix_len: 0, failed: false }
+        MessageLimit {
+            inner,
+            limit,
+            read_timeout: None,
+            deadline: None,
+            body_left: 0,
+            prefix: [0; 5],
+            prefix_len: 0,
+            failed: false,
+        }
+    }
+
+    /// Each message must arrive within `timeout` of its first byte; with `from_start`, the
+    /// first one within `timeout` of now. Needs a tokio runtime with time.
+    pub fn with_read_timeout(mut self, timeout: Option<Duration>, from_start: bool) -> Self {
+        self.read_timeout = timeout;
+        if let (Some(t), true) = (timeout, from_start) {
+            self.deadline = Some(Box::pin(sleep(t)));
+        }
+        self
+    }
+
+    /// Arms the deadline when a message has begun and clears it when it has ended.
+    fn track_deadline(&mut self) {
+        let Some(timeout) = self.read_timeout else { return };
+        let inside = self.body_left > 0 || self.prefix_len > 0;
+        if !inside {
+            self.deadline = None;
+        } else if self.deadline.is_none() {
+            self.deadline = Some(Box::pin(sleep(timeout)));
+        }
     }
 
     /// Follows the framing through `data`; `Err` when a prefix announces too large a message.
@@ -148,15 +208,24 @@ where
         if self.failed {
             return Poll::Ready(None);
         }
-        let frame = match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
-            other => return Poll::Ready(other),
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(other) => return Poll::Ready(other),
+            Poll::Pending => {
+                let late = self.deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                if let (true, Some(timeout)) = (late, self.read_timeout) {
+                    self.failed = true;
+                    return Poll::Ready(Some(Err(too_slow(timeout))));
+                }
+                return Poll::Pending;
+            }
         };
         if let Some(data) = frame.data_ref() {
             if let Err(status) = self.scan(data.chunk()) {
                 self.failed = true;
                 return Poll::Ready(Some(Err(status)));
             }
+            self.track_deadline();
         }
         Poll::Ready(Some(Ok(frame)))
     }
@@ -172,6 +241,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use http_body::Body as _;
+
     use super::*;
 
     #[test]
@@ -204,6 +275,52 @@ mod tests {
             }
             assert_eq!((m.body_left, m.prefix_len), (0, 0), "split {split}: ends on a message boundary");
         }
+    }
+
+    /// A body whose frames come from a channel, as a client sends them.
+    struct Chunks(tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>);
+
+    impl http_body::Body for Chunks {
+        type Data = Bytes;
+        type Error = Status;
+
+        fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+            self.0.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(Bytes::from(c)))))
+        }
+    }
+
+    async fn next(body: &mut MessageLimit<Chunks>) -> Option<Result<Frame<Bytes>, Status>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+    }
+
+    #[tokio::test]
+    async fn a_message_that_stalls_fails_but_a_stream_may_rest_between_messages() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let timeout = Duration::from_millis(200);
+        let mut body = MessageLimit::new(Chunks(rx), 100).with_read_timeout(Some(timeout), false);
+        let mut whole = framed(2);
+        whole.extend_from_slice(b"ok");
+        tx.send(whole).unwrap();
+        assert!(next(&mut body).await.unwrap().is_ok());
+        // Between messages a stream may rest as long as it likes.
+        let resting = tokio::time::timeout(timeout * 3, next(&mut body)).await;
+        assert!(resting.is_err(), "a resting stream was cut off");
+        // A message begun and stalled is cut off at the timeout.
+        tx.send(framed(10)).unwrap();
+        assert!(next(&mut body).await.unwrap().is_ok());
+        let started = tokio::time::Instant::now();
+        let err = next(&mut body).await.unwrap().unwrap_err();
+        assert_eq!(err.code(), Code::DeadlineExceeded);
+        assert!(err.message().contains("--grpc-message-read-timeout"), "{}", err.message());
+        assert!(started.elapsed() >= timeout);
+        assert!(next(&mut body).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_call_that_sends_nothing_fails_from_its_start() {
+        let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut body = MessageLimit::new(Chunks(rx), 100).with_read_timeout(Some(Duration::from_millis(100)), true);
+        assert_eq!(next(&mut body).await.unwrap().unwrap_err().code(), Code::DeadlineExceeded);
     }
 
     #[test]

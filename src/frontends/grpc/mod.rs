@@ -54,6 +54,12 @@ pub struct GrpcOptions {
     /// `--grpc-max-connection-age` and `--grpc-max-connection-age-grace`.
     pub max_connection_age: Option<Duration>,
     pub max_connection_age_grace: Option<Duration>,
+    /// Most streams open at once on one connection (`--grpc-max-concurrent-streams`; 0: none).
+    pub max_concurrent_streams: u32,
+    /// Most connections open at once (`--grpc-max-connections`; 0: none).
+    pub max_connections: usize,
+    /// How long one request message may take to arrive (`--grpc-message-read-timeout`).
+    pub message_read_timeout: Option<Duration>,
     pub threads: usize,
     /// `--grpc-restricted-protocol`.
     pub restrictions: Arc<crate::frontends::restricted::Restrictions>,
@@ -290,6 +296,7 @@ impl GrpcInferenceService for GrpcService {
         let models = self
             .server
             .repository_index(r.ready)
+            .map_err(error::status)?
             .into_iter()
             .map(|e| pb::repository_index_response::ModelIndex {
                 name: e.name,

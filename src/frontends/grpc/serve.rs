@@ -7,12 +7,16 @@
 //! flight, overtook it and ended the sequence first (9-16 "must specify the START flag" errors
 //! per run at 256 sequences; none with this layout, as with Triton). Different connections still
 //! spread over every thread.
+//!
+//! Past `--grpc-max-connections` open connections the acceptor stops accepting, so new ones wait
+//! in the listen backlog until one closes; `--grpc-max-concurrent-streams` bounds the calls open
+//! at once on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS: a client past it waits).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tonic::codec::CompressionEncoding;
 
 use super::deadline::Deadlined;
@@ -58,23 +62,22 @@ fn serving_thread(
     index: usize,
     server: Arc<Server>,
     opts: GrpcOptions,
-    rx: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    rx: mpsc::UnboundedReceiver<Accepted>,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let rt = runtime()?;
     std::thread::Builder::new().name(format!("grpc-{index}")).spawn(move || {
         rt.block_on(async move {
-            let incoming = futures::stream::unfold(rx, |mut rx| async move {
-                let stream = rx.recv().await?;
+            // Past age + grace a connection is closed whatever still runs.
+            let cutoff = opts.max_connection_age.zip(opts.max_connection_age_grace).map(|(a, g)| a + g);
+            let incoming = futures::stream::unfold(rx, move |mut rx| async move {
+                let (stream, place) = rx.recv().await?;
                 let stream = tokio::net::TcpStream::from_std(stream);
                 if let Ok(s) = &stream {
                     let _ = s.set_nodelay(true);
                 }
-                Some((stream, rx))
+                Some((stream.map(|s| Deadlined::new(s, cutoff, place)), rx))
             });
-            // Past age + grace a connection is closed whatever still runs.
-            let cutoff = opts.max_connection_age.zip(opts.max_connection_age_grace).map(|(a, g)| a + g);
-            let incoming = futures::StreamExt::map(incoming, move |s| s.map(|s| Deadlined::new(s, cutoff)));
             let grpc = GrpcService { server: server.clone(), header_forward: opts.header_forward.clone() };
             let mut service = GrpcInferenceServiceServer::new(grpc)
                 .max_decoding_message_size(opts.max_message_bytes)
@@ -85,7 +88,8 @@ fn serving_thread(
             }
             let mut builder = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(opts.keepalive_time))
-                .http2_keepalive_timeout(Some(opts.keepalive_timeout));
+                .http2_keepalive_timeout(Some(opts.keepalive_timeout))
+                .max_concurrent_streams((opts.max_concurrent_streams > 0).then_some(opts.max_concurrent_streams));
             if let Some(tls) = opts.tls.clone() {
                 builder = match builder.tls_config(tls) {
                     Ok(b) => b,
@@ -100,10 +104,11 @@ fn serving_thread(
             if let Some(age) = opts.max_connection_age {
                 builder = builder.max_connection_age(age);
             }
-            let (restrictions, limit) = (opts.restrictions.clone(), opts.max_message_bytes);
+            let (restrictions, limit, timeout) =
+                (opts.restrictions.clone(), opts.max_message_bytes, opts.message_read_timeout);
             let result = builder
-                .add_service(Guarded::new(service, restrictions.clone(), limit))
-                .add_service(Guarded::new(health::service(server), restrictions, limit))
+                .add_service(Guarded::new(service, restrictions.clone(), limit, timeout))
+                .add_service(Guarded::new(health::service(server), restrictions, limit, timeout))
                 .serve_with_incoming_shutdown(incoming, stopped(stop))
                 .await;
             if let Err(e) = result {
@@ -111,6 +116,17 @@ fn serving_thread(
             }
         })
     })
+}
+
+/// An accepted connection and its place under `--grpc-max-connections`.
+type Accepted = (std::net::TcpStream, Option<OwnedSemaphorePermit>);
+
+/// Waits for a free place under `--grpc-max-connections` (none to wait for without a limit).
+async fn place(places: &Option<Arc<Semaphore>>) -> Option<OwnedSemaphorePermit> {
+    match places {
+        Some(p) => p.clone().acquire_owned().await.ok(),
+        None => None,
+    }
 }
 
 /// Binds `addr` and serves on threads of its own; errors binding are returned here.
@@ -127,6 +143,7 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow
     }
     let rt = runtime()?;
     let stop = stop_rx.clone();
+    let places = (opts.max_connections > 0).then(|| Arc::new(Semaphore::new(opts.max_connections)));
     threads.push(std::thread::Builder::new().name("grpc-accept".into()).spawn(move || {
         rt.block_on(async move {
             let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -139,11 +156,16 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow
             let mut next = 0usize;
             let mut stop = std::pin::pin!(stopped(stop));
             loop {
+                // A place first, then the connection: past the limit, new ones wait unaccepted.
+                let place = tokio::select! {
+                    place = place(&places) => place,
+                    _ = &mut stop => break,
+                };
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => match stream.into_std() {
                             Ok(stream) => {
-                                let _ = lanes[next % lanes.len()].send(stream);
+                                let _ = lanes[next % lanes.len()].send((stream, place));
                                 next = next.wrapping_add(1);
                             }
                             Err(e) => tracing::warn!("gRPC: cannot hand a connection over: {e}"),

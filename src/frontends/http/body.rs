@@ -4,17 +4,45 @@
 //! nothing past the limit is buffered. The `Body` extractor takes the limit from the app's
 //! `BodyLimit` (the main, SageMaker and Vertex AI endpoints each register theirs); actix's own
 //! `web::Bytes` would answer a plain-text 413 at a hidden 256 KiB.
+//!
+//! A body must also arrive whole within `--http-body-read-timeout` seconds of the handler
+//! starting to read it (Tritium's flag: Triton has no such limit). A client that sends its
+//! headers and then stalls or trickles its body (slow-loris) is answered 408 with Triton's JSON
+//! error and its connection closed, so it holds no task or buffer past the timeout. The request
+//! head has its own limit (actix's 5 s, answered 408 before any handler runs).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
 use actix_web::{web, FromRequest, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
 use tritium_actors::{Error, Result};
 
-use super::error::HttpError;
+use super::error::{HttpError, HttpResult};
+
+/// `--http-body-read-timeout`'s default, in seconds.
+pub const DEFAULT_READ_TIMEOUT_SECS: u64 = 60;
+
+/// Seconds a whole body may take to arrive (0: no limit); set once at start from the flag, for
+/// every endpoint that reads bodies.
+static READ_TIMEOUT_SECS: AtomicU64 = AtomicU64::new(DEFAULT_READ_TIMEOUT_SECS);
+
+/// Sets `--http-body-read-timeout` (0: no limit).
+pub fn set_read_timeout(secs: u64) {
+    READ_TIMEOUT_SECS.store(secs, Ordering::Relaxed);
+}
+
+fn read_timeout() -> Option<Duration> {
+    match READ_TIMEOUT_SECS.load(Ordering::Relaxed) {
+        0 => None,
+        secs => Some(Duration::from_secs(secs)),
+    }
+}
 
 /// The largest body an endpoint reads (`--http-max-input-size`).
 #[derive(Debug, Clone, Copy)]
@@ -36,8 +64,22 @@ pub fn check_length(req: &HttpRequest, limit: usize) -> Result<()> {
 }
 
 /// Reads the whole body, refusing more than `limit` bytes (a chunked body is counted as it
-/// arrives).
-pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
+/// arrives) and a body that has not arrived whole within `--http-body-read-timeout` (408).
+pub async fn read_body(payload: web::Payload, limit: usize) -> HttpResult<Bytes> {
+    let Some(timeout) = read_timeout() else { return Ok(read_all(payload, limit).await?) };
+    match tokio::time::timeout(timeout, read_all(payload, limit)).await {
+        Ok(body) => Ok(body?),
+        Err(_) => Err(HttpError::with_status(
+            Error::invalid(format!(
+                "the request body did not arrive within {} s. Use --http-body-read-timeout to change the limit.",
+                timeout.as_secs()
+            )),
+            StatusCode::REQUEST_TIMEOUT,
+        )),
+    }
+}
+
+async fn read_all(mut payload: web::Payload, limit: usize) -> Result<Bytes> {
     let mut body = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;

@@ -24,29 +24,45 @@ pub fn error_response(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "application/json")).body(body)
 }
 
-/// The engine's error, carried out of a handler.
+/// The engine's error, carried out of a handler; its status is the kind's unless the HTTP layer
+/// has a more precise one (408 for a request body that did not arrive in time).
 #[derive(Debug)]
-pub struct HttpError(pub Error);
+pub struct HttpError {
+    pub error: Error,
+    status: Option<StatusCode>,
+}
+
+impl HttpError {
+    /// `error` answered with `status` rather than its kind's.
+    pub fn with_status(error: Error, status: StatusCode) -> Self {
+        HttpError { error, status: Some(status) }
+    }
+}
 
 impl From<Error> for HttpError {
-    fn from(e: Error) -> Self {
-        HttpError(e)
+    fn from(error: Error) -> Self {
+        HttpError { error, status: None }
     }
 }
 
 impl std::fmt::Display for HttpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.message)
+        f.write_str(&self.error.message)
     }
 }
 
 impl ResponseError for HttpError {
     fn status_code(&self) -> StatusCode {
-        status_of(self.0.kind)
+        self.status.unwrap_or_else(|| status_of(self.error.kind))
     }
 
     fn error_response(&self) -> HttpResponse {
-        error_response(self.status_code(), &self.0.message)
+        let mut response = error_response(self.status_code(), &self.error.message);
+        if self.status_code() == StatusCode::REQUEST_TIMEOUT {
+            // The rest of a late body may still come: the connection cannot carry another request.
+            response.head_mut().set_connection_type(actix_web::http::ConnectionType::Close);
+        }
+        response
     }
 }
 
@@ -71,11 +87,13 @@ mod tests {
 
     #[test]
     fn error_body_is_tritons_json() {
-        let resp = HttpError(Error::not_found("no model 'x'")).error_response();
+        let resp = HttpError::from(Error::not_found("no model 'x'")).error_response();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND);
         assert_eq!(resp.headers().get(header::CONTENT_TYPE).unwrap(), "application/json");
         let body = resp.into_body().try_into_bytes().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v, serde_json::json!({"error": "no model 'x'"}));
+        let late = HttpError::with_status(Error::invalid("slow"), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(late.error_response().status(), StatusCode::REQUEST_TIMEOUT);
     }
 }

@@ -121,7 +121,7 @@ pub async fn repository_index(state: web::Data<HttpState>, Body(body): Body) -> 
     };
     let entries: Vec<Value> = state
         .server
-        .repository_index(ready_only)
+        .repository_index(ready_only)?
         .into_iter()
         .map(|e| {
             let mut obj = serde_json::Map::new();

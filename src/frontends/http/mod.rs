@@ -34,6 +34,8 @@ pub struct HttpOptions {
     pub workers: usize,
     /// Largest request body accepted (`--http-max-input-size`).
     pub max_body_bytes: usize,
+    /// Most connections open at once over all workers (`--http-max-connections`; 0: actix's own).
+    pub max_connections: usize,
     pub exit_timeout_secs: u64,
     /// `--reuse-http-port`.
     pub reuse_port: bool,
@@ -160,6 +162,7 @@ pub async fn serve(
         web::Data::new(HttpState { server, max_body_bytes: opts.max_body_bytes, header_forward: opts.header_forward });
     let restrictions = web::Data::new(opts.restrictions);
     let extra_routes = opts.extra_routes;
+    let workers = opts.workers.max(1);
     let srv = HttpServer::new(move || {
         let app = App::new()
             .app_data(state.clone())
@@ -173,10 +176,13 @@ pub async fn serve(
             .wrap(from_fn(check_restricted))
     })
     .on_connect(disconnect::on_connect)
-    .workers(opts.workers.max(1))
-    .shutdown_timeout(opts.exit_timeout_secs)
-    .disable_signals()
-    .listen(crate::frontends::listen::bind(addr, opts.reuse_port)?)?
-    .run();
+    .workers(workers);
+    // actix counts per worker and stops accepting while every worker is full.
+    let srv = if opts.max_connections > 0 { srv.max_connections(opts.max_connections.div_ceil(workers)) } else { srv };
+    let srv = srv
+        .shutdown_timeout(opts.exit_timeout_secs)
+        .disable_signals()
+        .listen(crate::frontends::listen::bind(addr, opts.reuse_port)?)?
+        .run();
     Ok(srv)
 }

@@ -45,7 +45,7 @@ fn route(var: &str) -> anyhow::Result<Regex> {
 /// The default model, as Triton chooses it: the flag's, which must be loaded, else the only
 /// ready model of the repository.
 pub fn default_model(server: &Server, flag: Option<&str>) -> anyhow::Result<String> {
-    let ready: Vec<String> = server.repository_index(true).into_iter().map(|e| e.name).collect();
+    let ready: Vec<String> = server.repository_index(true)?.into_iter().map(|e| e.name).collect();
     match flag {
         Some(name) => {
             anyhow::ensure!(ready.iter().any(|n| n == name), "Expect the default model '{name}' is loaded");

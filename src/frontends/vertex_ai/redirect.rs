@@ -52,7 +52,7 @@ pub async fn dispatch(
                 let header_length = req.headers().get(crate::frontends::http::HEADER_LENGTH).cloned();
                 let (model, version) = match handlers::model_and_version(&path()) {
                     Ok(mv) => mv,
-                    Err(e) => return actix_web::ResponseError::error_response(&HttpError(e)),
+                    Err(e) => return actix_web::ResponseError::error_response(&HttpError::from(e)),
                 };
                 infer::infer_model(http, model, version, &req, payload, header_length).await
             }
@@ -82,7 +82,7 @@ pub async fn dispatch(
         }
         let answer = match infer::read_body(payload, http.max_body_bytes).await {
             Ok(body) => handlers::repository_index(state, crate::frontends::http::body::Body(body)).await,
-            Err(e) => Err(HttpError(e)),
+            Err(e) => Err(e),
         };
         return answer.respond_to(&req).map_into_boxed_body();
     }
