@@ -8,6 +8,7 @@ with the same numbers and highlights a restart. The live conversations' table
 (`/v2/actors/conversations`) pages, sorts and searches what the sequence actor holds; the
 `actors` restricted-API category guards every path of it; each instance shows the batch it runs
 now and ran last."""
+import json
 import re
 import shutil
 import threading
@@ -231,7 +232,8 @@ def test_the_page_is_served_whole_from_the_binary(srv):
         r = requests.get(base + path, timeout=10)
         assert r.status_code == 200 and r.headers["Content-Type"].startswith(kind), (path, r.headers)
         assert not re.search(r"https?://", r.text), f"{path} must not load anything from elsewhere"
-    assert "fetch(\"/v2/actors\"" in requests.get(f"{base}/actors/page.js", timeout=10).text
+    js = requests.get(f"{base}/actors/page.js", timeout=10).text
+    assert 'fetch("/v2/actors"' in js and "fetch(url" in js, "polls the tree and the table"
     assert not re.search(r"(src|href)=\"(https?:)?//", page.text)
 
 
@@ -419,14 +421,15 @@ def test_bad_conversation_queries_get_a_400(srv):
 def test_the_actors_category_restricts_the_tree_the_table_and_the_page(start_server, repo_copy):
     srv = start_server(repo_copy(["accumulate", "add_sub"]), args=["--http-restricted-api=actors:admin-key=s3cret"])
     base = f"http://127.0.0.1:{srv.metrics_port}"
-    paths = ("/v2/actors", "/v2/actors/conversations?model=accumulate", "/actors", "/actors/page.js",
-             "/actors/page.css")
+    paths = ("/v2/actors", "/v2/actors/conversations?model=accumulate", "/v2/actors/events", "/actors",
+             "/actors/page.js", "/actors/page.css")
     for path in paths:
         for headers in ({}, {"admin-key": "wrong"}, {"other": "s3cret"}):
             r = requests.get(base + path, headers=headers, timeout=10)
             assert r.status_code == 403, (path, headers, r.status_code)
             assert r.json() == {"error": "This API is restricted, expecting header 'admin-key'"}, r.text
-        assert requests.get(base + path, headers={"Admin-Key": "s3cret"}, timeout=10).status_code == 200, path
+        with requests.get(base + path, headers={"Admin-Key": "s3cret"}, timeout=10, stream=True) as r:
+            assert r.status_code == 200, path
     # Only the actor page is restricted: metrics and the HTTP port's APIs are not.
     assert requests.get(f"{base}/metrics", timeout=10).status_code == 200
     assert requests.get(f"{srv.base}/v2/models/add_sub", timeout=10).status_code == 200
@@ -434,8 +437,8 @@ def test_the_actors_category_restricts_the_tree_the_table_and_the_page(start_ser
 
 
 def test_each_instance_shows_the_batch_it_runs_and_ran_last(tmp_path):
-    """The Python `batched` model sleeps 0.3 s on X=100, so four requests sent while one runs
-    queue, merge into one batch of four (its N output says so) and run for 0.3 s."""
+    """The Python `batched` model (max_batch_size 8) sleeps 0.3 s on a batch holding X=100: a
+    request of one item, then one of four items, each seen while it runs."""
     pb = pytest.importorskip("test_python_backend")
     from helpers import Server
     shutil.copytree(pb.MODELS / "batched", tmp_path / "models" / "batched")
@@ -446,35 +449,58 @@ def test_each_instance_shows_the_batch_it_runs_and_ran_last(tmp_path):
             return inst
 
         assert (instance()["current_batch_size"], instance()["last_batch_size"]) == (0, 0)
-        body = lambda: {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1, 1], "data": [100]}]}  # noqa: E731
         url = f"{srv.base}/v2/models/batched/infer"
-        answers = []
-
-        def send():
-            answers.append(requests.post(url, json=body(), timeout=60).json())
-
-        first = threading.Thread(target=send)
-        first.start()
-        wait_until(lambda: instance()["executing"], timeout=10, interval=0.01, what="the first batch runs")
-        assert instance()["current_batch_size"] == 1
-        rest = [threading.Thread(target=send) for _ in range(4)]
-        for t in rest:
-            t.start()
-        seen = []
-
-        def four_running():
-            i = instance()
-            seen.append((i["executing"], i["current_batch_size"]))
-            return i["executing"] and i["current_batch_size"] == 4
-
-        wait_until(four_running, timeout=10, interval=0.01, what="the batch of four runs")
-        for t in [first, *rest]:
-            t.join()
-        counts = sorted(o["data"][0] for a in answers for o in a["outputs"] if o["name"] == "N")
-        assert counts == [1, 4, 4, 4, 4], answers
-        done = instance()
-        assert (done["executing"], done["current_batch_size"], done["last_batch_size"]) == (False, 0, 4), done
+        for xs in ([100], [100, 1, 2, 3]):
+            body = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [len(xs), 1], "data": xs}]}
+            answer = []
+            sender = threading.Thread(target=lambda: answer.append(requests.post(url, json=body, timeout=60)))
+            sender.start()
+            running = wait_until(lambda: (lambda i: i if i["executing"] else None)(instance()), timeout=10,
+                                 interval=0.01, what="the batch runs")
+            sender.join()
+            assert running["current_batch_size"] == running["last_batch_size"] == len(xs), running
+            assert answer[0].status_code == 200, answer[0].text
+            done = instance()
+            assert (done["executing"], done["current_batch_size"], done["last_batch_size"]) == (False, 0, len(xs))
         sched = by_name(actors(srv, "?model=batched"))[("batched", "1")]["scheduler"]
         assert (sched["batches"], sched["items"]) == (2, 5), sched
     finally:
         assert srv.stop() == 0, srv.log_tail()
+
+
+def read_events(srv, query="", count=2, timeout=10):
+    """The first `count` events of /v2/actors/events, as (name, JSON data, arrival time)."""
+    url = f"http://127.0.0.1:{srv.metrics_port}/v2/actors/events{query}"
+    out = []
+    with requests.get(url, stream=True, timeout=timeout) as r:
+        assert r.status_code == 200 and r.headers["Content-Type"] == "text/event-stream", (r.status_code, r.headers)
+        name = None
+        for line in r.iter_lines(decode_unicode=True):
+            if line.startswith("event: "):
+                name = line[len("event: "):]
+            elif line.startswith("data: "):
+                out.append((name, json.loads(line[len("data: "):]), time.monotonic()))
+                if len(out) == count:
+                    break
+    return out
+
+
+def test_the_tree_streams_as_server_sent_events_once_a_second(srv):
+    c = srv.client
+    oldest_turn(c, 601, 1, start=True)
+    events = read_events(srv, "?model=accumulate_oldest", count=3)
+    assert [e[0] for e in events] == ["tree"] * 3, events
+    for _, tree, _ in events:
+        assert [(m["name"], m["version"]) for m in tree["models"]] == [("accumulate_oldest", "1")]
+        assert tree["models"][0]["sequence"]["live"] == 1
+    gaps = [b[2] - a[2] for a, b in zip(events, events[1:])]
+    assert all(0.7 < g < 3 for g in gaps), gaps
+    assert events[1][1]["timestamp_ms"] > events[0][1]["timestamp_ms"]
+    # Unfiltered, the same models as GET /v2/actors.
+    (_, tree, _), = read_events(srv, count=1)
+    assert {(m["name"], m["version"]) for m in tree["models"]} == set(by_name(actors(srv)))
+    # A bad filter is refused before any stream starts.
+    for query, says in [("?model=nope", "unknown model: 'nope'"), ("?modle=x", "unknown query parameter")]:
+        r = requests.get(f"http://127.0.0.1:{srv.metrics_port}/v2/actors/events{query}", timeout=10)
+        assert r.status_code == 400 and says in r.json()["error"], r.text
+    oldest_turn(c, 601, 0, end=True)

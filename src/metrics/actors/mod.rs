@@ -1,12 +1,13 @@
-//! The live actor tree, `GET /v2/actors` (JSON), a sequence model's live conversations,
-//! `GET /v2/actors/conversations` (`conversations`), and the page that follows them, `GET
-//! /actors`, served on the metrics port unless `--allow-actors-page=false`. The tree reads only
-//! what the actors publish of themselves (`tritium_actors::figures`) and a 4 Hz sample of the
-//! instances' busy times (`busy`): nothing is asked of an actor. The conversations are asked of
-//! the sequence actor, at most once a second (see `conversations`).
+//! The live actor tree, `GET /v2/actors` (JSON) and `GET /v2/actors/events` (the same as
+//! server-sent events, `events`), a sequence model's live conversations, `GET
+//! /v2/actors/conversations` (`conversations`), and the page that follows them, `GET /actors`, served on the
+//! metrics port unless `--allow-actors-page=false`. The tree reads only what the actors publish of themselves
+//! (`tritium_actors::figures`) and a 4 Hz sample of the instances' busy times (`busy`): nothing is asked of
+//! an actor. The conversations are asked of the sequence actor, at most once a second (see `conversations`).
 
 mod busy;
 mod conversations;
+mod events;
 mod tree;
 
 use std::sync::Arc;
@@ -58,14 +59,8 @@ fn bad_request(msg: String) -> HttpResponse {
     HttpResponse::BadRequest().json(json!({ "error": msg }))
 }
 
-async fn tree(req: HttpRequest, state: web::Data<ActorsState>) -> HttpResponse {
-    if let Some(refusal) = state.refuses(&req) {
-        return refusal;
-    }
-    let filter = match tree::Filter::parse(req.query_string()) {
-        Ok(f) => f,
-        Err(e) => return bad_request(e),
-    };
+/// The tree of the versions `filter` wants, as JSON; an error if it names a model not loaded.
+fn tree_json(state: &ActorsState, filter: &tree::Filter) -> Result<serde_json::Value, String> {
     let at = Instant::now();
     let models: Vec<serde_json::Value> = state
         .repository
@@ -77,14 +72,42 @@ async fn tree(req: HttpRequest, state: web::Data<ActorsState>) -> HttpResponse {
         .collect();
     if let (Some(name), true) = (&filter.model, models.is_empty()) {
         let version = filter.version.map(|v| format!(" version {v}")).unwrap_or_default();
-        return bad_request(format!("Request for unknown model: '{name}'{version} is not loaded"));
+        return Err(format!("Request for unknown model: '{name}'{version} is not loaded"));
     }
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(json!({
+    Ok(json!({
         "timestamp_ms": now_ms,
         "busy_sample_interval_ms": busy::SAMPLE_EVERY.as_millis() as u64,
         "models": models,
     }))
+}
+
+async fn tree(req: HttpRequest, state: web::Data<ActorsState>) -> HttpResponse {
+    if let Some(refusal) = state.refuses(&req) {
+        return refusal;
+    }
+    match tree::Filter::parse(req.query_string()).and_then(|f| tree_json(&state, &f)) {
+        Ok(tree) => HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(tree),
+        Err(e) => bad_request(e),
+    }
+}
+
+/// The tree as server-sent events (`events`): a bad filter is refused before the stream starts.
+async fn tree_events(req: HttpRequest, state: web::Data<ActorsState>) -> HttpResponse {
+    if let Some(refusal) = state.refuses(&req) {
+        return refusal;
+    }
+    let filter = match tree::Filter::parse(req.query_string()) {
+        Ok(f) => f,
+        Err(e) => return bad_request(e),
+    };
+    if let Err(e) = tree_json(&state, &filter) {
+        return bad_request(e);
+    }
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-store"))
+        .streaming(events::stream(state, filter))
 }
 
 async fn conversation_table(req: HttpRequest, state: web::Data<ActorsState>) -> HttpResponse {
@@ -129,7 +152,9 @@ async fn asset(req: HttpRequest, state: web::Data<ActorsState>) -> HttpResponse 
 
 /// The routes, for the metrics server's `App`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v2/actors", web::get().to(tree)).route("/v2/actors/conversations", web::get().to(conversation_table));
+    cfg.route("/v2/actors", web::get().to(tree))
+        .route("/v2/actors/events", web::get().to(tree_events))
+        .route("/v2/actors/conversations", web::get().to(conversation_table));
     for (path, _, _) in ASSETS {
         cfg.route(path, web::get().to(asset));
     }

@@ -194,6 +194,7 @@ async function pollConversations() {
   conv.range.textContent = body.matched === 0
     ? `none of ${body.total}`
     : `${body.offset + 1}–${end} of ${body.matched}` + (body.matched < body.total ? ` (of ${body.total} live)` : "");
+  conv.range.className = "";
   conv.range.setAttribute("data-model", body.model);
   conv.range.setAttribute("data-total", String(body.total));
   conv.range.setAttribute("data-matched", String(body.matched));
@@ -206,8 +207,8 @@ async function pollConversations() {
 
 function refreshConversations() {
   pollConversations().catch((e) => {
-    statusLine.className = "status error";
-    statusLine.textContent = "cannot reach /v2/actors/conversations: " + e.message;
+    conv.range.textContent = "cannot read /v2/actors/conversations: " + e.message;
+    conv.range.className = "alert";
   });
 }
 
