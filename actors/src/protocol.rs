@@ -26,7 +26,7 @@ use crate::error::{Error, ErrorKind};
 use crate::exit::InstanceExit;
 use crate::request::{InferRequest, Reply};
 use crate::sequence::state::SequenceTicket;
-use crate::sequence::Conversation;
+use crate::sequence::table::Conversation;
 use crate::stats::{FailureReason, ModelStats};
 
 /// A request waiting for, or running in, an execution.

@@ -13,7 +13,7 @@ mod inputs;
 mod queue;
 mod slots;
 pub(crate) mod state;
-mod table;
+pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
