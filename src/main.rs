@@ -24,7 +24,7 @@ use tritium_actors::Engine;
 
 use crate::backends::BackendEnv;
 use crate::cli::{Cli, ControlMode};
-use crate::frontends::restricted::Restrictions;
+use crate::frontends::restricted::{Category, Restrictions};
 use crate::repository::{RepositoryManager, RepositoryOptions};
 use crate::server::Server;
 
@@ -79,6 +79,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Triton refuses a bad restriction at start, as it parses the flags.
     let http_restrictions = Restrictions::http(&cli.http_extra.http_restricted_api).map_err(anyhow::Error::msg)?;
     let grpc_restrictions = Restrictions::grpc(&cli.grpc_extra.grpc_restricted_protocol).map_err(anyhow::Error::msg)?;
+    // Tritium's `actors` category guards the actor page on the metrics port.
+    let actors_restriction = http_restrictions.get(Category::Actors).map(|r| metrics::ActorsGuard {
+        key: r.key.clone(),
+        value: r.value.clone(),
+        message: frontends::restricted::http_message(r),
+    });
     for note in cli::effects::no_effect_notes(&cli) {
         tracing::warn!("{note}");
     }
@@ -192,9 +198,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cpu: cli.allow_cpu_metrics,
             gpu: cli.allow_gpu_metrics,
         };
-        let srv =
-            metrics::serve_with(repository.clone(), server.drain.clone(), addr, config, host, cli.allow_actors_page)
-                .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
+        let srv = metrics::serve_with(
+            repository.clone(),
+            server.drain.clone(),
+            addr,
+            config,
+            host,
+            cli.allow_actors_page,
+            actors_restriction,
+        )
+        .with_context(|| format!("cannot start the metrics endpoint on {addr}"))?;
         let handle = srv.handle();
         actix_rt::spawn(srv);
         tracing::info!("started Metrics Service at {addr}");

@@ -313,6 +313,8 @@ def test_only_the_named_categories_are_restricted(start_server, repo_copy):
 @pytest.mark.parametrize("flag,message", [
     ("--http-restricted-api=foo:a=b", "unknown restricted api 'foo'"),
     ("--grpc-restricted-protocol=bar:a=b", "unknown restricted protocol 'bar'"),
+    # Tritium's own category guards the actor page on the metrics port: HTTP only.
+    ("--grpc-restricted-protocol=actors:a=b", "restricted protocol 'actors' is the actor page on the metrics port"),
     ("--http-restricted-api=health:a", "--http-restricted-api option format is "
                                        "'<config name>:<setting>=<value>'. Got health:a"),
     ("--http-restricted-api=model-repository,admin-key=secret", "option format is"),

@@ -253,6 +253,9 @@ pub struct InstanceState {
     executions: AtomicU64,
     /// Batches taken from its mailbox.
     taken: AtomicU64,
+    /// Items of the batch it runs now, or ran last.
+    batch_size: AtomicU64,
+    executing: AtomicBool,
 }
 
 /// What an instance reports.
@@ -263,15 +266,23 @@ pub struct InstanceSnapshot {
     pub executions: u64,
     /// Batches sent to it and not yet taken up (its mailbox holds one at most).
     pub mailbox: u64,
+    /// Items of the batch it runs now (`executing`), or ran last (0 before its first).
+    pub batch_size: u64,
+    pub executing: bool,
 }
 
 impl InstanceState {
-    pub(crate) fn took(&self) {
+    /// It took a batch of `items` from its mailbox and runs it now.
+    pub(crate) fn took(&self, items: usize) {
+        self.batch_size.store(items as u64, Relaxed);
+        self.executing.store(true, Relaxed);
         self.taken.fetch_add(1, Relaxed);
     }
 
+    /// It finished the batch it took, after `d`.
     pub(crate) fn busy(&self, d: Duration) {
         self.busy_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+        self.executing.store(false, Relaxed);
     }
 
     pub(crate) fn executed(&self) {
@@ -347,6 +358,8 @@ impl ModelFigures {
                 busy_ns: i.busy_ns.load(Relaxed),
                 executions: i.executions.load(Relaxed),
                 mailbox: sent.load(Relaxed).saturating_sub(i.taken.load(Relaxed)),
+                batch_size: i.batch_size.load(Relaxed),
+                executing: i.executing.load(Relaxed),
             })
             .collect()
     }

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, ArbiterHandle};
 use tokio::sync::oneshot;
@@ -14,9 +14,10 @@ use crate::error::{Error, Result};
 use crate::figures::ModelFigures;
 use crate::limiter::{Limits, RateLimiter};
 use crate::policy::{ModelPolicy, SchedulerPolicy};
-use crate::protocol::{Enqueue, Pending, Stop};
+use crate::protocol::{Conversations, Enqueue, Pending, Stop};
 use crate::request::{InferRequest, InferResponse, Reply, ReplyGate};
 use crate::scheduler::SchedulerAddr;
+use crate::sequence::Conversation;
 use crate::stats::{FailureReason, ModelStats};
 use crate::supervisor::Supervisor;
 use crate::validate::validate_request;
@@ -226,6 +227,27 @@ impl ModelHandle {
         let (reply, rx) = Reply::once();
         self.submit(request, reply)?;
         rx.await.map_err(|_| Error::internal(format!("model '{}' dropped the request", self.policy.name)))?
+    }
+
+    /// The sequence actor's live conversations, asked of it with one message that it answers
+    /// between batches; unavailable if no answer comes `within` (its mailbox full of requests).
+    pub async fn conversations(&self, within: Duration) -> Result<Vec<Conversation>> {
+        let (name, version) = (&self.policy.name, self.policy.version);
+        let Some(actor) = &self.scheduler.conversations else {
+            return Err(Error::invalid(format!(
+                "model '{name}' version {version} has no sequence batcher: it holds no conversations"
+            )));
+        };
+        match tokio::time::timeout(within, actor.send(Conversations)).await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(_)) => {
+                Err(Error::unavailable(format!("the sequence actor of model '{name}' version {version} stopped")))
+            }
+            Err(_) => Err(Error::unavailable(format!(
+                "the sequence actor of model '{name}' version {version} did not answer within {} ms",
+                within.as_millis()
+            ))),
+        }
     }
 
     /// Stops taking restarts, lets queued and running requests finish, stops the instances.

@@ -123,7 +123,7 @@ fn run(env: &InstanceActor) -> InstanceExit {
             InstanceMsg::Execute(batch) => {
                 // With the rate limiter on, the batch waits here for the instance's resources
                 // and turn; they are given back once its requests are answered.
-                env.figures.instance(idx).took();
+                env.figures.instance(idx).took(batch.iter().map(|p| p.batch_size).sum());
                 let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
                 let started = Instant::now();
                 let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {

@@ -11,6 +11,7 @@
 //! instance --InstanceReady / InstanceExited--> supervisor
 //! supervisor --InstanceUp / InstanceDown / Drain--> scheduler
 //! ModelHandle --Stop--> supervisor
+//! ModelHandle --Conversations--> sequence actor (a watcher's query, answered between batches)
 //! ```
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -25,6 +26,7 @@ use crate::error::{Error, ErrorKind};
 use crate::exit::InstanceExit;
 use crate::request::{InferRequest, Reply};
 use crate::sequence::state::SequenceTicket;
+use crate::sequence::table::Conversation;
 use crate::stats::{FailureReason, ModelStats};
 
 /// A request waiting for, or running in, an execution.
@@ -142,3 +144,8 @@ pub(crate) struct InstanceExited {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Stop(pub oneshot::Sender<()>);
+
+/// From a watcher: the sequence actor's live conversations, as of when it reads the message.
+#[derive(Message)]
+#[rtype(result = "Vec<Conversation>")]
+pub(crate) struct Conversations;

@@ -7,7 +7,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Addr, ArbiterHandle, AsyncContext, Context, Handler, Message, Recipient};
+use actix::{Actor, Addr, ArbiterHandle, AsyncContext, Context, Handler, Message, MessageResult, Recipient};
 use tokio::sync::oneshot;
 
 use crate::batcher::Batcher;
@@ -15,7 +15,7 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::ModelPolicy;
-use crate::protocol::{Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
+use crate::protocol::{Conversations, Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
 use crate::queue::Queue;
 use crate::sequence::SequenceBatcher;
 use crate::stats::ModelStats;
@@ -304,6 +304,15 @@ impl<Q: Queue> Handler<Drain> for Scheduler<Q> {
     }
 }
 
+/// A watcher's query (`ModelHandle::conversations`): the sequence actor reads it between two
+/// batches like any message and answers with one pass over its sequences.
+impl Handler<Conversations> for SequenceActor {
+    type Result = MessageResult<Conversations>;
+    fn handle(&mut self, _: Conversations, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.queue.conversations(self.clock.now()))
+    }
+}
+
 /// How the supervisor and the instances reach a scheduler actor, whichever its queue.
 #[derive(Clone)]
 pub(crate) struct SchedulerAddr {
@@ -312,6 +321,8 @@ pub(crate) struct SchedulerAddr {
     pub up: Recipient<InstanceUp>,
     pub down: Recipient<InstanceDown>,
     pub drain: Recipient<Drain>,
+    /// The sequence actor's table of conversations (none for the batcher actor).
+    pub conversations: Option<Recipient<Conversations>>,
 }
 
 impl SchedulerAddr {
@@ -322,6 +333,7 @@ impl SchedulerAddr {
             up: addr.clone().recipient(),
             down: addr.clone().recipient(),
             drain: addr.recipient(),
+            conversations: None,
         }
     }
 
@@ -338,7 +350,8 @@ impl SchedulerAddr {
             Some(seq) => {
                 let queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock);
-                Self::of(SequenceActor::start_in_arbiter(engine, new))
+                let addr = SequenceActor::start_in_arbiter(engine, new);
+                Self { conversations: Some(addr.clone().recipient()), ..Self::of(addr) }
             }
             None => {
                 let queue = Batcher::new(&policy);

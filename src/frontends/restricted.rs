@@ -10,12 +10,16 @@
 //! `inference:key=v` wants the metadata `triton-grpc-protocol-key: v`. Header names match
 //! without regard to case (HTTP header names are case-insensitive; gRPC metadata keys are lower
 //! case on the wire); values match exactly.
+//!
+//! Tritium adds one category of its own, `actors`: its live actor tree and page on the metrics
+//! port (`/v2/actors…`, `/actors…`, which `metrics::actors` guards with it; the HTTP port
+//! does not serve them). It is HTTP only: the gRPC flag refuses it.
 
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// Triton's categories, in Triton's order.
+/// Triton's categories, in Triton's order, then Tritium's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Category {
     Health,
@@ -27,10 +31,12 @@ pub enum Category {
     Statistics,
     Trace,
     Logging,
+    /// Tritium's: the actor tree and page on the metrics port.
+    Actors,
 }
 
 impl Category {
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 10] = [
         Category::Health,
         Category::Metadata,
         Category::Inference,
@@ -40,6 +46,7 @@ impl Category {
         Category::Statistics,
         Category::Trace,
         Category::Logging,
+        Category::Actors,
     ];
 
     /// The name the flags use.
@@ -54,6 +61,7 @@ impl Category {
             Category::Statistics => "statistics",
             Category::Trace => "trace",
             Category::Logging => "logging",
+            Category::Actors => "actors",
         }
     }
 
@@ -78,7 +86,7 @@ impl Restriction {
 
 /// Which categories are restricted, and how. Empty (nothing restricted) by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Restrictions([Option<Restriction>; 9]);
+pub struct Restrictions([Option<Restriction>; 10]);
 
 /// The prefix Triton puts before a gRPC restriction's key (`kRestrictedProtocolHeaderTemplate`).
 pub const GRPC_KEY_PREFIX: &str = "triton-grpc-protocol-";
@@ -102,6 +110,12 @@ impl Restrictions {
             for name in names.split(',') {
                 let category =
                     Category::from_name(name).ok_or_else(|| format!("unknown restricted {feature} '{name}'"))?;
+                if category == Category::Actors && !key_prefix.is_empty() {
+                    return Err(format!(
+                        "restricted {feature} 'actors' is the actor page on the metrics port, served over HTTP only: \
+                         restrict it with --http-restricted-api"
+                    ));
+                }
                 let slot = &mut out.0[category as usize];
                 if slot.is_some() {
                     return Err(format!(
@@ -272,6 +286,10 @@ mod tests {
         assert_eq!(err, "restricted protocol 'health' can not be specified in multiple config groups");
         let err = Restrictions::grpc(&flags(&["bar:a=b"])).unwrap_err();
         assert_eq!(err, "unknown restricted protocol 'bar'");
+        let err = Restrictions::grpc(&flags(&["health,actors:a=b"])).unwrap_err();
+        assert!(err.contains("'actors' is the actor page on the metrics port"), "{err}");
+        let r = Restrictions::http(&flags(&["actors,statistics:k=v"])).unwrap();
+        assert_eq!(r.get(Category::Actors), Some(&Restriction { key: "k".into(), value: "v".into() }));
     }
 
     #[test]

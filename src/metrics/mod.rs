@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
+pub use actors::Guard as ActorsGuard;
 pub use latency::MetricsConfig;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -428,7 +429,7 @@ pub struct HostMetrics {
 /// settings of `--metrics-config` and host figures sampled every `host.interval`. Call it before
 /// models load: the per-request families of a model are made when it loads (`observer`). With
 /// `actors_page`, the same server serves the live actor tree (`/v2/actors`) and its page
-/// (`/actors`).
+/// (`/actors`), behind `actors_restriction` (`--http-restricted-api actors:…`) if given.
 pub fn serve_with(
     repository: Arc<RepositoryManager>,
     drain: Arc<Drain>,
@@ -436,6 +437,7 @@ pub fn serve_with(
     config: MetricsConfig,
     host: HostMetrics,
     actors_page: bool,
+    actors_restriction: Option<actors::Guard>,
 ) -> anyhow::Result<actix_web::dev::Server> {
     let latency = Latency { recorder: install_latency_recorder(&config)?, first_responses: Arc::default() };
     // Each model version loaded from now on reports its requests to its latency families.
@@ -445,7 +447,11 @@ pub fn serve_with(
             .map(|l| Box::new(l) as Box<dyn StatsObserver>)
     }));
     let host = system::HostFigures::start(host.interval, host.cpu, host.gpu)?;
-    let actors = if actors_page { Some(web::Data::new(actors::ActorsState::start(repository.clone())?)) } else { None };
+    let actors = if actors_page {
+        Some(web::Data::new(actors::ActorsState::start(repository.clone(), actors_restriction)?))
+    } else {
+        None
+    };
     let state = web::Data::new(State { repository, drain, config, latency, host });
     let srv = HttpServer::new(move || {
         let app = App::new().app_data(state.clone()).route("/metrics", web::get().to(scrape));

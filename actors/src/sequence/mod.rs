@@ -6,25 +6,28 @@
 //! — so a restarted instance carries its sequences on with their state intact.
 //!
 //! Where a sequence may run is in `slots`; its state between requests in `state`; the inputs
-//! added to each of its requests in `inputs`.
+//! added to each of its requests in `inputs`; how the scheduler actor drives it in `queue`; the
+//! table of live conversations it answers watchers with in `table`.
 
 mod inputs;
+mod queue;
 mod slots;
 pub(crate) mod state;
+pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use slots::Slots;
 pub use state::{SequenceTicket, StateStore};
+pub use table::{Conversation, ConversationStatus, SortKey, TablePage, TableQuery};
 
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
 use crate::protocol::{Next, Pending, Refused};
-use crate::queue::Queue;
 use crate::request::CorrelationId;
 use crate::tensor::DataType;
 
@@ -42,6 +45,8 @@ struct Sequence {
     order: u64,
     /// In the backlog, waiting for a slot.
     waiting: bool,
+    /// Requests dispatched since its START.
+    turns: u64,
     /// Its key in `ready` while it has a request to run and none running.
     ready_key: Option<(Instant, u64)>,
     /// Its key in `idle` while it holds a slot with nothing queued or running.
@@ -269,6 +274,7 @@ impl SequenceBatcher {
                 last_active: now,
                 order,
                 waiting: true,
+                turns: 0,
                 ready_key: None,
                 idle_key: None,
             };
@@ -413,12 +419,8 @@ impl SequenceBatcher {
             }
             seq.in_flight = Some(instance);
             seq.last_active = now;
-            if flags.start {
-                seq.ending = false;
-            }
-            if flags.end {
-                seq.ending = true;
-            }
+            seq.turns = if flags.start { 1 } else { seq.turns + 1 };
+            seq.ending = flags.end || (seq.ending && !flags.start);
             self.queued -= 1;
             batch.push(p);
             self.reindex(&id);
@@ -587,58 +589,6 @@ impl SequenceBatcher {
         self.queued = 0;
         self.publish();
         all
-    }
-}
-
-impl Queue for SequenceBatcher {
-    fn push(&mut self, p: Pending) -> Result<(), Refused> {
-        SequenceBatcher::push(self, p)
-    }
-
-    fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
-        SequenceBatcher::requeue(self, p)
-    }
-
-    fn next(&mut self, instance: usize, now: Instant, _idle: bool) -> Next {
-        SequenceBatcher::next(self, instance, now)
-    }
-
-    fn finished(&mut self, instance: usize, now: Instant) -> Vec<(Pending, Error)> {
-        SequenceBatcher::finished(self, instance, now)
-    }
-
-    fn instance_down(&mut self, instance: usize) {
-        SequenceBatcher::instance_down(self, instance)
-    }
-
-    /// Idle sequences give their slots up within a tenth of the idle timeout.
-    fn idle_check_every(&self) -> Option<Duration> {
-        let idle = self.policy.max_idle;
-        (!idle.is_zero()).then(|| (idle / 10).clamp(Duration::from_millis(5), Duration::from_millis(100)))
-    }
-
-    fn expire_idle(&mut self, now: Instant) {
-        SequenceBatcher::expire_idle(self, now)
-    }
-
-    fn take_cancelled(&mut self) -> Vec<Pending> {
-        SequenceBatcher::take_cancelled(self)
-    }
-
-    fn take_refused(&mut self, now: Instant) -> Vec<(Pending, Error)> {
-        self.take_orphans_expired(now)
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        SequenceBatcher::next_deadline(self)
-    }
-
-    fn drain_all(&mut self) -> Vec<Pending> {
-        SequenceBatcher::drain_all(self)
-    }
-
-    fn len(&self) -> usize {
-        self.queued
     }
 }
 

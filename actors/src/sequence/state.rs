@@ -69,6 +69,12 @@ impl StateStore {
     pub fn bytes_of(&self, id: &CorrelationId) -> u64 {
         self.states.lock().by_id.get(id).map_or(0, |s| bytes_of(s))
     }
+
+    /// The bytes of state held by each of `ids`, in their order, under one lock.
+    pub fn bytes_of_each<'a>(&self, ids: impl Iterator<Item = &'a CorrelationId>) -> Vec<u64> {
+        let states = self.states.lock();
+        ids.map(|id| states.by_id.get(id).map_or(0, |s| bytes_of(s))).collect()
+    }
 }
 
 /// What the instance does with a sequence request's outputs.

@@ -106,6 +106,9 @@ pub fn version(m: &LoadedModel, busy: &BusySamples, at: Instant) -> Value {
                 "busy_share_1s": second[i],
                 "busy_share_60s": minute[i],
                 "mailbox": inst.mailbox,
+                "executing": inst.executing,
+                "current_batch_size": if inst.executing { inst.batch_size } else { 0 },
+                "last_batch_size": inst.batch_size,
                 "restarts": restarts(&f.supervisor.restarts[i]),
             });
             if sequence.is_some() {

@@ -1,4 +1,5 @@
-// The live actor tree: polls /v2/actors every second and redraws it. No libraries.
+// The live actor tree: polls /v2/actors every second and redraws it, and with it one page of a
+// sequence model's live conversations from /v2/actors/conversations. No libraries.
 "use strict";
 
 const POLL_MS = 1000;
@@ -46,7 +47,7 @@ function histogram(h) {
 function instancesTable(m) {
   const seq = m.sequence !== null;
   const head = ["instance", "state", "executions", "busy 1 s", "busy 60 s", "mailbox",
-    "restarts (load/backend/panic)"];
+    "batch now / last", "restarts (load/backend/panic)"];
   if (seq) head.push("slots used");
   const t = el("table", { class: "instances" }, el("tr", {}, ...head.map((h) => el("th", {}, h))));
   for (const i of m.instances) {
@@ -58,6 +59,7 @@ function instancesTable(m) {
       el("td", {}, el("span", { class: "bar", style: `width:${40 * (i.busy_share_1s || 0)}px` }), " ", share(i.busy_share_1s)),
       el("td", {}, share(i.busy_share_60s)),
       el("td", {}, i.mailbox),
+      el("td", { "data-figure": "batch_size" }, `${i.current_batch_size} / ${i.last_batch_size}`),
       el("td", { class: r.total > 0 ? "alert" : "", "data-figure": "restarts" },
         `${r.total} (${r.load_failed}/${r.backend_failed}/${r.panicked})`));
     if (seq) row.append(el("td", {}, i.sequence_slots_used));
@@ -116,6 +118,113 @@ function model(m) {
   return box;
 }
 
+// The conversations panel: its controls are made once (typing is never interrupted); only its
+// model list and its rows are redrawn.
+const PAGE_ROWS = 25;
+const conv = {
+  panel: document.getElementById("conversations"),
+  model: document.getElementById("conv-model"),
+  search: document.getElementById("conv-search"),
+  prev: document.getElementById("conv-prev"),
+  next: document.getElementById("conv-next"),
+  range: document.getElementById("conv-range"),
+  link: document.getElementById("conv-link"),
+  body: document.querySelector("#conv-table tbody"),
+  heads: document.querySelectorAll("#conv-table th[data-sort]"),
+  offset: 0,
+  sort: "id",
+  order: "asc",
+  matched: 0,
+  picked: false,
+};
+
+function idle(us) {
+  if (us < 1000) return `${us} µs`;
+  if (us < 1e6) return `${(us / 1000).toFixed(1)} ms`;
+  return `${(us / 1e6).toFixed(1)} s`;
+}
+
+function conversationModels() {
+  const seqs = last ? last.models.filter((m) => m.sequence) : [];
+  const want = seqs.map((m) => `${m.name}|${m.version}`);
+  const have = [...conv.model.options].map((o) => o.value);
+  if (want.join("\n") !== have.join("\n")) {
+    const chosen = conv.model.value;
+    conv.model.replaceChildren(...seqs.map((m) => el("option", { value: `${m.name}|${m.version}` }, `${m.name} v${m.version}`)));
+    if (want.includes(chosen)) conv.model.value = chosen;
+  }
+  // Until someone picks one, the model with the most live conversations.
+  if (!conv.picked && seqs.length > 0) {
+    const busiest = seqs.reduce((a, b) => (b.sequence.live > a.sequence.live ? b : a));
+    conv.model.value = `${busiest.name}|${busiest.version}`;
+  }
+  conv.panel.hidden = seqs.length === 0;
+}
+
+function conversationsUrl() {
+  const [model, version] = conv.model.value.split("|");
+  const q = new URLSearchParams({ model, version, offset: conv.offset, limit: PAGE_ROWS, sort: conv.sort, order: conv.order });
+  const search = conv.search.value.trim();
+  if (search) q.set("q", search);
+  return "/v2/actors/conversations?" + q.toString();
+}
+
+async function pollConversations() {
+  conversationModels();
+  if (conv.panel.hidden || !conv.model.value) return;
+  const url = conversationsUrl();
+  conv.link.href = url;
+  const r = await fetch(url, { cache: "no-store" });
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  if (body.offset > 0 && body.offset >= body.matched) {
+    conv.offset = Math.max(0, Math.floor((body.matched - 1) / PAGE_ROWS) * PAGE_ROWS);
+    return pollConversations();
+  }
+  conv.matched = body.matched;
+  conv.body.replaceChildren(...body.conversations.map((c) => el("tr", { "data-id": c.id },
+    el("td", {}, c.id),
+    el("td", {}, c.instance === null ? "–" : c.instance + (c.slot === null ? "" : ` / ${c.slot}`)),
+    el("td", {}, c.status),
+    el("td", {}, c.turns),
+    el("td", {}, c.queued),
+    el("td", {}, c.state_bytes),
+    el("td", {}, idle(c.idle_us)))));
+  const end = body.offset + body.conversations.length;
+  conv.range.textContent = body.matched === 0
+    ? `none of ${body.total}`
+    : `${body.offset + 1}–${end} of ${body.matched}` + (body.matched < body.total ? ` (of ${body.total} live)` : "");
+  conv.range.className = "";
+  conv.range.setAttribute("data-model", body.model);
+  conv.range.setAttribute("data-total", String(body.total));
+  conv.range.setAttribute("data-matched", String(body.matched));
+  conv.prev.disabled = body.offset === 0;
+  conv.next.disabled = end >= body.matched;
+  for (const h of conv.heads) {
+    h.className = h.dataset.sort === conv.sort ? `sorted-${conv.order}` : "";
+  }
+}
+
+function refreshConversations() {
+  pollConversations().catch((e) => {
+    conv.range.textContent = "cannot read /v2/actors/conversations: " + e.message;
+    conv.range.className = "alert";
+  });
+}
+
+conv.model.addEventListener("change", () => { conv.picked = true; conv.offset = 0; refreshConversations(); });
+conv.search.addEventListener("input", () => { conv.offset = 0; refreshConversations(); });
+conv.prev.addEventListener("click", () => { conv.offset = Math.max(0, conv.offset - PAGE_ROWS); refreshConversations(); });
+conv.next.addEventListener("click", () => { conv.offset += PAGE_ROWS; refreshConversations(); });
+for (const h of conv.heads) {
+  h.addEventListener("click", () => {
+    if (conv.sort === h.dataset.sort) conv.order = conv.order === "asc" ? "desc" : "asc";
+    else { conv.sort = h.dataset.sort; conv.order = h.dataset.sort === "id" || h.dataset.sort === "instance" ? "asc" : "desc"; }
+    conv.offset = 0;
+    refreshConversations();
+  });
+}
+
 function render() {
   if (!last) return;
   const want = filter.value.trim().toLowerCase();
@@ -133,9 +242,10 @@ async function poll() {
     render();
     statusLine.className = "status";
     statusLine.textContent = `${body.models.length} model versions, updated ${new Date(body.timestamp_ms).toLocaleTimeString()}`;
+    await pollConversations();
   } catch (e) {
     statusLine.className = "status error";
-    statusLine.textContent = "cannot reach /v2/actors: " + e.message;
+    statusLine.textContent = "cannot reach the actors: " + e.message;
   }
   setTimeout(poll, POLL_MS);
 }
