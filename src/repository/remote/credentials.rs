@@ -98,8 +98,11 @@ fn home_file(env: &Env, var: &str, default: &str) -> Option<PathBuf> {
     env(var).map(PathBuf::from).or_else(|| env("HOME").map(|h| PathBuf::from(h).join(default)))
 }
 
+/// A profile's keys: access key id, secret key, session token.
+type ProfileKeys = (String, String, Option<String>);
+
 /// A profile's keys from the shared credentials file and its region from the config file.
-fn profile(env: &Env, name: &str) -> Result<(Option<(String, String, Option<String>)>, Option<String>), String> {
+fn profile(env: &Env, name: &str) -> Result<(Option<ProfileKeys>, Option<String>), String> {
     let mut keys = None;
     if let Some(path) = home_file(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials").filter(|p| p.exists()) {
         let ini = ini::Ini::load_from_file(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

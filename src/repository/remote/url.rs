@@ -109,9 +109,8 @@ pub fn parse(url: &str) -> Result<RemoteUrl, String> {
     Ok(RemoteUrl { url: url.to_string(), location, prefix: prefix.to_string() })
 }
 
-/// `a/b/c` → (`a`, `b/c`); a leading `/` is skipped.
+/// `a/b/c` → (`a`, `b/c`); `/a` → (``, `a`).
 fn split_segment(s: &str) -> (&str, &str) {
-    let s = s.trim_start_matches('/');
     s.split_once('/').unwrap_or((s, ""))
 }
 
@@ -141,13 +140,13 @@ mod tests {
     fn parses_gcs_and_azure() {
         let u = parse("gs://my-bucket/a/b").unwrap();
         assert_eq!(
-            (u.location, u.prefix.as_str(), u.scheme()),
-            (Location::Gcs { bucket: "my-bucket".into() }, "a/b", "gs")
+            (u.scheme(), u.prefix.as_str(), u.location.clone()),
+            ("gs", "a/b", Location::Gcs { bucket: "my-bucket".into() })
         );
         let u = parse("as://acct/cont/models").unwrap();
         assert_eq!(
-            (u.location, u.prefix.as_str(), u.scheme()),
-            (Location::Azure { account: "acct".into(), container: "cont".into() }, "models", "as")
+            (u.scheme(), u.prefix.as_str(), u.location.clone()),
+            ("as", "models", Location::Azure { account: "acct".into(), container: "cont".into() })
         );
     }
 
