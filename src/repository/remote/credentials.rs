@@ -196,9 +196,14 @@ pub fn azure_key(url: &RemoteUrl, env: &Env, file: Option<&CredentialFile>) -> O
 
 /// Short retries and a connect timeout: an unreachable endpoint fails in seconds (at start, or
 /// for one poll), not after object_store's three minutes of retries.
+///
+/// No overall request timeout (object_store's 30 s would cut a large model's download short):
+/// the mirror ends a listing or a download that stops making progress instead.
 fn client_options() -> (ClientOptions, RetryConfig) {
     let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(15), ..Default::default() };
-    (ClientOptions::new().with_connect_timeout(Duration::from_secs(5)).with_allow_http(true), retry)
+    let options =
+        ClientOptions::new().with_connect_timeout(Duration::from_secs(5)).with_timeout_disabled().with_allow_http(true);
+    (options, retry)
 }
 
 /// The client of `url`'s bucket or container.

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
@@ -67,12 +68,12 @@ impl Mirror {
     /// Every model's listing under the repository (or under one model's folder).
     async fn list(&self, model: Option<&str>) -> Result<BTreeMap<String, Listing>, String> {
         let prefix = self.prefix(None);
-        let objects: Vec<object_store::ObjectMeta> =
-            self.store
-                .list(self.prefix(model).as_ref())
-                .try_collect()
-                .await
-                .map_err(|e| format!("model repository {}: cannot list: {}", self.url, describe(&e)))?;
+        let fail = |e: String| format!("model repository {}: cannot list: {e}", self.url);
+        let mut pages = self.store.list(self.prefix(model).as_ref());
+        let mut objects = Vec::new();
+        while let Some(meta) = next_or_stall(&mut pages).await.map_err(fail)? {
+            objects.push(meta);
+        }
         let skip = prefix.as_ref().map(|p| p.parts().count()).unwrap_or(0);
         let mut models: BTreeMap<String, Listing> = BTreeMap::new();
         for meta in objects {
@@ -220,14 +221,33 @@ impl Mirror {
             tokio::fs::create_dir_all(parent).await.map_err(|e| self.io_error(name, parent, e))?;
         }
         let mut file = tokio::fs::File::create(&target).await.map_err(|e| self.io_error(name, &target, e))?;
-        let fail =
-            |e: object_store::Error| format!("model repository {}: cannot download {key}: {}", self.url, describe(&e));
-        let mut body = self.store.get(&key).await.map_err(fail)?.into_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(fail)?;
+        let fail = |e: String| format!("model repository {}: cannot download {key}: {e}", self.url);
+        let got = tokio::time::timeout(STALL, self.store.get(&key)).await.map_err(|_| fail(stalled()))?;
+        let mut body = got.map_err(|e| fail(describe(&e)))?.into_stream();
+        while let Some(chunk) = next_or_stall(&mut body).await.map_err(fail)? {
             file.write_all(&chunk).await.map_err(|e| self.io_error(name, &target, e))?;
         }
         file.flush().await.map_err(|e| self.io_error(name, &target, e))
+    }
+}
+
+/// How long a listing or a download may go without progress. The client has no overall
+/// request timeout (a large model takes as long as it takes), so this is what ends a stalled
+/// transfer.
+const STALL: Duration = Duration::from_secs(60);
+
+fn stalled() -> String {
+    format!("no progress for {} s", STALL.as_secs())
+}
+
+/// The stream's next item, or an error when it fails or makes no progress for `STALL`.
+async fn next_or_stall<T>(
+    stream: &mut (impl futures::Stream<Item = object_store::Result<T>> + Unpin),
+) -> Result<Option<T>, String> {
+    match tokio::time::timeout(STALL, stream.next()).await {
+        Err(_) => Err(stalled()),
+        Ok(None) => Ok(None),
+        Ok(Some(item)) => item.map(Some).map_err(|e| describe(&e)),
     }
 }
 
