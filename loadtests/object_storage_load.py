@@ -6,7 +6,8 @@ copied to a temp folder and uploaded to moto's S3 server, started here on loopba
 starts one server on the local copy and one on `s3://127.0.0.1:PORT/models/repo` (the order
 alternating by round) and times spawn → `GET /v2/health/ready` = 200 (every model loaded).
 The S3 server's time includes listing the bucket and downloading every object into a fresh
-mount directory (TRITON_AWS_MOUNT_DIRECTORY) before the loads start. Ratio per round, median.
+mount directory (TRITON_AWS_MOUNT_DIRECTORY) before the loads start; that part is also read
+from the server's log (its timestamps, "mirrored in" to the last "copied"). Ratio per round, median.
 
   .venv/bin/python loadtests/object_storage_load.py --server target/release/tritium [--rounds 5]
 
@@ -61,6 +62,19 @@ def time_to_ready(args, repository, env, log_path):
             proc.wait(timeout=60)
 
 
+def copy_seconds(log_path):
+    """From the server log: seconds from "mirrored in" (the bucket opened) to the last "copied"
+    line (every model downloaded), from the log's own timestamps."""
+    stamps = {}
+    for line in open(log_path):
+        for what in ("mirrored in", "copied '"):
+            if what in line:
+                hms = line.split()[1]  # I1204 22:30:42.452858 ...
+                h, m, sec = hms.split(":")
+                stamps.setdefault(what, []).append(int(h) * 3600 + int(m) * 60 + float(sec))
+    return max(stamps["copied '"]) - min(stamps["mirrored in"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", default=common.DEFAULT_SERVER)
@@ -108,15 +122,16 @@ def main():
                 repo = local if which == "local" else url
                 times[which] = time_to_ready(args, repo, env, os.path.join(out_dir, f"server-{which}-{r}.log"))
             shutil.rmtree(mount)
-            rows.append({**times, "ratio": times["s3"] / times["local"], "loadavg": os.getloadavg()[0]})
-            print(f"round {r}: local {times['local']:.2f} s, s3 {times['s3']:.2f} s, "
+            copy = copy_seconds(os.path.join(out_dir, f"server-s3-{r}.log"))
+            rows.append({**times, "copy": copy, "ratio": times["s3"] / times["local"], "loadavg": os.getloadavg()[0]})
+            print(f"round {r}: local {times['local']:.2f} s, s3 {times['s3']:.2f} s (of which copying {copy:.2f} s), "
                   f"ratio {rows[-1]['ratio']:.2f} (load {rows[-1]['loadavg']:.1f})", flush=True)
     finally:
         moto.terminate()
         moto.wait(timeout=30)
         moto_log.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {k: common.median([row[k] for row in rows]) for k in ("local", "s3", "ratio")}
+    med = {k: common.median([row[k] for row in rows]) for k in ("local", "s3", "copy", "ratio")}
     lines = [
         f"## Model load time: S3 (moto on loopback) vs local disk ({stamp})",
         "",
@@ -130,6 +145,8 @@ def main():
         f"| local disk | {med['local']:.2f} ({common.spread([r['local'] for r in rows])}) | |",
         f"| S3 server | {med['s3']:.2f} ({common.spread([r['s3'] for r in rows])}) | "
         f"{med['ratio']:.2f} ({common.spread([r['ratio'] for r in rows])}) |",
+        f"| … of which listing + downloading ({size / 1e6:.0f} MB) | {med['copy']:.2f} "
+        f"({common.spread([r['copy'] for r in rows])}) | |",
     ]
     common.write_summary(out_dir, {**header, "models": models, "bytes": size, "rounds": rows, "median": med}, lines)
 
