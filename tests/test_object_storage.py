@@ -137,6 +137,17 @@ def test_serves_s3_and_local_repositories_together(moto, s3_server, tmp_path):
         (BUNDLED_REPO / "add_sub" / "1" / "model.onnx").read_bytes()
 
 
+def test_version_policy_applies_as_for_a_local_repository(moto, s3_server):
+    src = BUNDLED_REPO / "add_sub"
+    config = (src / "config.pbtxt").read_text() + "\nversion_policy: { specific: { versions: [1, 3] } }\n"
+    moto.s3.put_object(Bucket=BUCKET, Key="policy/add_sub/config.pbtxt", Body=config.encode())
+    for v in ("1", "2", "3"):
+        moto.s3.upload_file(str(src / "1" / "model.onnx"), BUCKET, f"policy/add_sub/{v}/model.onnx")
+    srv = s3_server(moto.url("policy"))
+    assert states(srv) == {("add_sub", "1"): "READY", ("add_sub", "3"): "READY"}
+    check_add_sub(srv, version="3")
+
+
 def test_explicit_load_reads_the_bucket_at_each_load(moto, s3_server):
     moto.upload("add_sub", prefix="explicit")
     srv = s3_server(moto.url("explicit"), args=["--model-control-mode=explicit"])
