@@ -137,6 +137,17 @@ def test_serves_s3_and_local_repositories_together(moto, s3_server, tmp_path):
         (BUNDLED_REPO / "add_sub" / "1" / "model.onnx").read_bytes()
 
 
+def test_with_namespacing_an_s3_repository_is_a_namespace_named_by_its_url(moto, s3_server, tmp_path):
+    moto.upload("add_sub", prefix="ns")
+    local = copy_bundled_repo(tmp_path / "local", ["add_sub"])
+    srv = s3_server([moto.url("ns"), local], args=["--model-namespacing=true"])
+    r = srv.post("/v2/models/add_sub/infer", {"inputs": []})
+    assert r.status_code == 400 and "There are 2 identifiers of model 'add_sub'" in r.text, r.text
+    log = srv.log_path.read_text()
+    assert f"successfully loaded '{moto.url('ns')}::add_sub'" in log, log[-3000:]
+    assert f"successfully loaded '{local}::add_sub'" in log
+
+
 def test_version_policy_applies_as_for_a_local_repository(moto, s3_server):
     src = BUNDLED_REPO / "add_sub"
     config = (src / "config.pbtxt").read_text() + "\nversion_policy: { specific: { versions: [1, 3] } }\n"

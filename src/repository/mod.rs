@@ -127,7 +127,8 @@ impl RepositoryManager {
 
     /// The model folders of the command line's repositories and the registered ones.
     fn scan(&self) -> Scan {
-        self.registered.scan_with(&self.opts.repositories, self.opts.namespacing)
+        let found = self.registered.scan_with(&self.opts.repositories, self.opts.namespacing);
+        remote::name_namespaces(found, &self.opts.remotes, self.opts.namespacing)
     }
 
     /// Registers a repository while running; `rename` serves one of its folders under another

@@ -15,6 +15,9 @@ use std::sync::Arc;
 use mirror::{Mirror, Sync};
 use tritium_actors::{Error, Result};
 
+use super::scan::Scan;
+use super::ModelKey;
+
 /// One object-storage repository and the local folder it is mirrored in.
 pub struct Remote {
     pub mirror: Mirror,
@@ -82,6 +85,35 @@ pub async fn refresh(remotes: &[Arc<Remote>], model: &str) -> Result<()> {
     Ok(())
 }
 
+/// With `--model-namespacing`, a mirrored repository's namespace is its URL, as Triton names
+/// it, rather than the local folder it is mirrored in.
+pub fn name_namespaces(scan: Scan, remotes: &[Arc<Remote>], namespacing: bool) -> Scan {
+    if !namespacing || remotes.is_empty() {
+        return scan;
+    }
+    let url_of = |namespace: &str| {
+        remotes.iter().find(|r| r.mirror.dir.display().to_string() == namespace).map(|r| r.mirror.url.url.clone())
+    };
+    let (found, errors) = scan;
+    let found = found
+        .into_values()
+        .map(|mut dir| {
+            if let Some(url) = url_of(&dir.namespace) {
+                dir.namespace = url;
+            }
+            (dir.key(), dir)
+        })
+        .collect();
+    let errors = errors
+        .into_iter()
+        .map(|(key, why)| match url_of(&key.namespace) {
+            Some(url) => (ModelKey::new(url, key.name), why),
+            None => (key, why),
+        })
+        .collect();
+    (found, errors)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +124,26 @@ mod tests {
         assert_eq!(mount_variable("gs"), "TRITON_GCS_MOUNT_DIRECTORY");
         assert_eq!(mount_variable("as"), "TRITON_AZURE_MOUNT_DIRECTORY");
         assert_eq!(folder_name("s3://127.0.0.1:9000/b/p"), "s3___127.0.0.1_9000_b_p");
+    }
+
+    #[test]
+    fn with_namespacing_a_mirror_is_named_by_its_url() {
+        let local = tempfile::tempdir().unwrap();
+        let mirrored = tempfile::tempdir().unwrap();
+        for d in [&local, &mirrored] {
+            std::fs::create_dir_all(d.path().join("m/1")).unwrap();
+        }
+        let url = url::parse("s3://bucket/repo").unwrap();
+        let store = std::sync::Arc::new(object_store::memory::InMemory::new());
+        let remote = Arc::new(Remote { mirror: Mirror::new(url, store, mirrored.path().to_path_buf()), _temp: None });
+        let repos = [local.path().to_path_buf(), mirrored.path().to_path_buf()];
+        let (found, errors) = name_namespaces(super::super::scan::scan(&repos, true), &[remote.clone()], true);
+        assert!(errors.is_empty());
+        let keys: Vec<String> = found.keys().map(|k| k.to_string()).collect();
+        assert_eq!(keys, vec![format!("{}::m", local.path().display()), "s3://bucket/repo::m".to_string()]);
+        // Without namespacing nothing changes (one empty namespace).
+        let plain = super::super::scan::scan(&repos[..1], false);
+        assert_eq!(name_namespaces(plain.clone(), &[remote], false), plain);
     }
 
     #[tokio::test]
