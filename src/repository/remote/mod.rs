@@ -137,7 +137,8 @@ mod tests {
         let store = std::sync::Arc::new(object_store::memory::InMemory::new());
         let remote = Arc::new(Remote { mirror: Mirror::new(url, store, mirrored.path().to_path_buf()), _temp: None });
         let repos = [local.path().to_path_buf(), mirrored.path().to_path_buf()];
-        let (found, errors) = name_namespaces(super::super::scan::scan(&repos, true), &[remote.clone()], true);
+        let (found, errors) =
+            name_namespaces(super::super::scan::scan(&repos, true), std::slice::from_ref(&remote), true);
         assert!(errors.is_empty());
         let keys: Vec<String> = found.keys().map(|k| k.to_string()).collect();
         assert_eq!(keys, vec![format!("{}::m", local.path().display()), "s3://bucket/repo::m".to_string()]);
