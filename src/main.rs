@@ -25,6 +25,7 @@ use tritium_actors::Engine;
 use crate::backends::BackendEnv;
 use crate::cli::{Cli, ControlMode};
 use crate::frontends::restricted::{Category, Restrictions};
+use crate::repository::remote::{self, Remote};
 use crate::repository::{RepositoryManager, RepositoryOptions};
 use crate::server::Server;
 
@@ -70,11 +71,27 @@ async fn wait_for(term: &mut tokio::signal::unix::Signal, int: &mut tokio::signa
     }
 }
 
+/// The local folders to scan: local repositories as given, object-storage ones (`s3://`,
+/// `gs://`, `as://`) mirrored into folders of their own.
+async fn open_repositories(given: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, Vec<Arc<Remote>>)> {
+    let (mut folders, mut remotes) = (Vec::new(), Vec::new());
+    for repo in given {
+        let text = repo.to_string_lossy();
+        if remote::url::is_remote(&text) {
+            let opened = remote::open(&text, &remote::credentials::process_env).await.map_err(anyhow::Error::msg)?;
+            folders.push(opened.mirror.dir.clone());
+            remotes.push(Arc::new(opened));
+        } else {
+            anyhow::ensure!(repo.is_dir(), "model repository {} is not a folder", repo.display());
+            folders.push(repo.clone());
+        }
+    }
+    Ok((folders, remotes))
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
-    for repo in &cli.model_repository {
-        anyhow::ensure!(repo.is_dir(), "model repository {} is not a folder", repo.display());
-    }
+    let (repositories, remotes) = open_repositories(&cli.model_repository).await?;
     cli::effects::refusals(&cli).map_err(anyhow::Error::msg)?;
     // Triton refuses a bad restriction at start, as it parses the flags.
     let http_restrictions = Restrictions::http(&cli.http_extra.http_restricted_api).map_err(anyhow::Error::msg)?;
@@ -106,7 +123,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let repository = Arc::new(RepositoryManager::new(
         RepositoryOptions {
-            repositories: cli.model_repository.clone(),
+            repositories,
+            remotes,
             mode: cli.model_control_mode,
             strict_config: cli.strict_config(),
             strict_readiness: cli.strict_readiness,
@@ -276,6 +294,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let every = Duration::from_secs(cli.repository_poll_secs.max(1));
         actix_rt::spawn(async move {
             let mut tick = tokio::time::interval(every);
+            // Two polls never come back to back after a slow one: an object-storage model is
+            // copied once two polls, a full interval apart, list it the same.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tick.tick().await;

@@ -78,7 +78,8 @@ class Server:
     """One running tritium process on free ports, with its log in `log_path`."""
 
     def __init__(self, repo: Path, args=(), log_dir: Path = None, exit_timeout_secs: int = 10, env=None):
-        self.repo = Path(repo)
+        # An object-storage URL (s3://…) stays a string: a Path would fold its "//".
+        self.repo = repo if isinstance(repo, str) and "://" in repo else Path(repo)
         self.env = env
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.exit_timeout_secs = exit_timeout_secs

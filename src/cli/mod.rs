@@ -63,6 +63,8 @@ pub struct Cli {
     pub id: String,
 
     /// Path to a model repository; repeat for several. Models are `<repo>/<model>/<version>/`.
+    /// Object storage as in Triton: `s3://bucket/path`, `s3://host:port/bucket/path`,
+    /// `s3://https://host:port/bucket/path`, `gs://bucket/path`, `as://account/container/path`.
     /// `--model-store` is the same flag.
     #[arg(
         long = "model-repository",
@@ -332,6 +334,8 @@ mod tests {
         assert!(Cli::try_parse_from(["tritium"]).is_err());
         let cli = parse(&["--model-repository", "/a", "--model-store", "/b", "--model-repository=/c"]);
         assert_eq!(cli.model_repository, ["/a", "/b", "/c"].map(PathBuf::from).to_vec());
+        let cli = parse(&["--model-repository=s3://https://host:9000/bucket/models", "--model-repository=/local"]);
+        assert_eq!(cli.model_repository[0].to_str(), Some("s3://https://host:9000/bucket/models"));
     }
 
     #[test]

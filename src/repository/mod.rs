@@ -10,13 +10,14 @@
 
 pub mod load;
 mod model;
+mod options;
 pub mod overrides;
 pub mod registered;
+pub mod remote;
 pub mod router;
 pub mod scan;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
@@ -25,13 +26,12 @@ use actix::ArbiterHandle;
 use dashmap::DashMap;
 use load::LoadFailure;
 pub use model::{IndexEntry, LoadedModel, ModelKey};
+pub use options::{ControlMode, RepositoryOptions};
 use parking_lot::Mutex;
 pub use router::Router;
 use scan::{fingerprint, ModelDir, Scan};
 use tritium_actors::stats::StatsObserver;
 use tritium_actors::{Error, ModelHandle, Result};
-
-use crate::backends::BackendEnv;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelState {
@@ -64,56 +64,6 @@ struct Record {
     fingerprint: Option<u64>,
     /// The model should be loaded (counts for readiness).
     wanted: bool,
-}
-
-/// How models are loaded and unloaded (`--model-control-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ControlMode {
-    /// Load every model in the repositories at start; the repository API cannot change them.
-    None,
-    /// Rescan the repositories every --repository-poll-secs: load new, reload changed and
-    /// unload removed models.
-    Poll,
-    /// Load only --load-model models at start; the repository API loads and unloads.
-    Explicit,
-}
-
-pub struct RepositoryOptions {
-    pub repositories: Vec<PathBuf>,
-    pub mode: ControlMode,
-    pub strict_config: bool,
-    pub strict_readiness: bool,
-    pub backend_env: BackendEnv,
-    /// `--model-config-name`: read `configs/<name>.pbtxt` where a model has it.
-    pub config_name: Option<String>,
-    /// `--model-load-thread-count`: how many loads prepare or start instances at once.
-    pub load_threads: usize,
-    /// `--model-load-retry-count`: further attempts after a failed load.
-    pub load_retries: u32,
-    /// `--host-policy ...,cpu-cores=`: policy name → cores for instance threads.
-    pub host_cores: BTreeMap<String, Vec<usize>>,
-    /// `--model-namespacing`: each repository is a namespace of its own.
-    pub namespacing: bool,
-    /// What every loaded model shares: the response cache (`--cache-config`).
-    pub shared: tritium_actors::Shared,
-}
-
-impl Default for RepositoryOptions {
-    fn default() -> Self {
-        RepositoryOptions {
-            repositories: Vec::new(),
-            mode: ControlMode::None,
-            strict_config: false,
-            strict_readiness: true,
-            backend_env: BackendEnv::default(),
-            config_name: None,
-            load_threads: 4,
-            load_retries: 0,
-            host_cores: BTreeMap::new(),
-            namespacing: false,
-            shared: tritium_actors::Shared::default(),
-        }
-    }
 }
 
 pub struct RepositoryManager {
@@ -177,7 +127,8 @@ impl RepositoryManager {
 
     /// The model folders of the command line's repositories and the registered ones.
     fn scan(&self) -> Scan {
-        self.registered.scan_with(&self.opts.repositories, self.opts.namespacing)
+        let found = self.registered.scan_with(&self.opts.repositories, self.opts.namespacing);
+        remote::name_namespaces(found, &self.opts.remotes, self.opts.namespacing)
     }
 
     /// Registers a repository while running; `rename` serves one of its folders under another
@@ -308,6 +259,9 @@ impl RepositoryManager {
                 Err(e) => Err(LoadFailure::poll(e)),
             };
             return self.record_failure(&key, result);
+        }
+        if self.opts.mode == ControlMode::Explicit {
+            remote::refresh(&self.opts.remotes, name).await?;
         }
         let (found, errors) = self.scan();
         let keys: BTreeSet<&ModelKey> = found.keys().chain(errors.keys()).filter(|k| k.name == name).collect();
@@ -646,6 +600,7 @@ impl RepositoryManager {
 
     /// Poll mode: load new models, reload changed ones, unload removed ones.
     pub async fn poll_once(&self) {
+        remote::poll(&self.opts.remotes).await;
         let (found, errors) = self.scan();
         let mut todo: Vec<(ModelKey, bool)> = Vec::new();
         {
