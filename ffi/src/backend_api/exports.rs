@@ -4,7 +4,10 @@
 //! symbols resolve to them.
 
 #[allow(unused_imports)]
-use super::{error::*, message::*, metrics::*, model::*, request::*, response::*, server::*};
+use super::{
+    error::*, inprocess::request::*, inprocess::response::*, inprocess::*, message::*, metrics::*, model::*,
+    request::*, response::*, server::*,
+};
 
 /// The exported functions' addresses.
 pub fn table() -> Vec<*const ()> {
@@ -131,6 +134,13 @@ pub fn table() -> Vec<*const ()> {
         TRITONSERVER_ServerModelTransactionProperties as *const (),
         TRITONSERVER_ServerUnloadModel as *const (),
         TRITONSERVER_ServerUnloadModelAndDependents as *const (),
+        TRITONSERVER_ServerLoadModel as *const (),
+        TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs as *const (),
+        TRITONSERVER_InferenceRequestRemoveAllInputData as *const (),
+        TRITONSERVER_InferenceRequestRemoveAllInputs as *const (),
+        TRITONSERVER_InferenceRequestSetDoubleParameter as *const (),
+        TRITONSERVER_InferenceRequestSetPriorityUInt64 as *const (),
+        TRITONSERVER_InferenceRequestSetPriority as *const (),
     ]
 }
 
@@ -146,6 +156,10 @@ mod tests {
         let t = super::table();
         let unique: std::collections::HashSet<_> = t.iter().collect();
         assert_eq!(unique.len(), t.len());
-        assert_eq!(t.len(), 122, "the 121 functions Triton 2.51's Python backend calls and MetricNew");
+        assert_eq!(
+            t.len(),
+            129,
+            "the 121 functions Triton 2.51's Python backend calls, MetricNew, and 7 more of the in-process API"
+        );
     }
 }
