@@ -142,3 +142,39 @@ def test_a_sequence_through_bls_keeps_its_correlation_id_and_flags(servers, prot
         assert err is None, err
         seen.append((int(out["ACC"][0]), int(out["CORR"][0]), int(out["FLAGS"][0])))
     assert seen == [(1, corr, 1), (3, corr, 0), (6, corr, 2)]
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory):
+    """Both servers with explicit model control, only bls_loader loaded at start."""
+    base = tmp_path_factory.mktemp("bls_explicit")
+    repo = base / "models"
+    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
+    shutil.copytree(BLS_MODELS / "bls_loader", repo / "bls_loader")
+    args = ["--model-control-mode=explicit", "--load-model=bls_loader"]
+    tritium = Server(repo, args=args, log_dir=base, env=stub_env()).start(timeout=120)
+    triton = Triton(repo, base, args=args)
+    yield tritium, triton
+    triton.stop()
+    assert tritium.stop() == 0, tritium.log_tail()
+
+
+def test_model_py_loads_and_unloads_models_as_triton(explicit):
+    tritium, _ = explicit
+
+    def act(action):
+        out, err = both(explicit, "http", "bls_loader", [("ACTION", np.array([action], np.int32), "INT32")])
+        assert err is None, err
+        return bool(out["READY"][0]), out["MESSAGE"][0].decode()
+
+    assert act(0) == (False, "ok")
+    assert act(1) == (True, "ok")
+    out, err = infer(tritium.grpc_url, "grpc", "add_sub", [("INPUT0", f32(1, 2, 3, 4), "FP32"),
+                                                         ("INPUT1", f32(1, 1, 1, 1), "FP32")])
+    assert err is None, err
+    np.testing.assert_array_equal(out["OUTPUT1"], f32(0, 1, 2, 3))
+    assert act(2) == (False, "ok")
+    assert act(3) == (True, "ok")
+    ready, message = act(4)
+    assert ready and "no_such_model" in message, message
+    assert act(2) == (False, "ok")
