@@ -17,7 +17,7 @@ mod elf;
 mod error;
 pub mod exports;
 mod host;
-pub mod inprocess;
+mod inprocess;
 mod library;
 mod message;
 mod metrics;

@@ -15,8 +15,7 @@ pub(crate) mod response;
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, RwLock};
 
-pub use request::InferenceRequest;
-pub use response::{InferenceResponse, ResponseAllocator};
+use request::InferenceRequest;
 
 use super::abi::*;
 use super::boundary::{borrow, export, text, write};
@@ -63,7 +62,7 @@ pub trait InferenceServer: Send + Sync {
     /// error means the request was not queued and `sink` is dropped without a call.
     fn infer(&self, request: InProcessRequest, sink: EventSink) -> Result<(), HostError>;
     /// Loads (or reloads) a model, with an optional config JSON and `file:` contents; waits.
-    fn load_model(&self, model: &str, config: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<(), HostError>;
+    fn load_model(&self, model: &str, config: Option<String>, files: Files) -> Result<(), HostError>;
     /// Unloads a model (and, with `dependents`, the ensembles that use it); waits.
     fn unload_model(&self, model: &str, dependents: bool) -> Result<(), HostError>;
 }
@@ -138,9 +137,12 @@ export! {
     }
 }
 
+/// `file:<path>` load parameters: each path with its contents.
+type Files = Vec<(String, Vec<u8>)>;
+
 /// The load parameters Triton takes: `config` (a model config JSON string) and `file:<path>`
 /// (a file's bytes).
-fn load_parameters(parameters: &[&Parameter]) -> Result<(Option<String>, Vec<(String, Vec<u8>)>), Error> {
+fn load_parameters(parameters: &[&Parameter]) -> Result<(Option<String>, Files), Error> {
     let mut config = None;
     let mut files = Vec::new();
     for p in parameters {

@@ -130,7 +130,7 @@ impl InferenceServer for Fake {
         let ends = events.iter().any(|e| !matches!(e, InProcessEvent::Response { is_final: false, .. }));
         // Answered from another thread, as the engine does.
         let sink = std::thread::spawn(move || {
-            events.into_iter().for_each(|e| sink(e));
+            events.into_iter().for_each(&mut sink);
             sink
         })
         .join()
