@@ -6,7 +6,7 @@
 #[allow(unused_imports)]
 use super::{
     error::*, inprocess::request::*, inprocess::response::*, inprocess::*, message::*, metrics::*, model::*,
-    request::*, response::*, server::*,
+    request::*, response::*, server::*, state::*,
 };
 
 /// The exported functions' addresses.
@@ -74,6 +74,10 @@ pub fn table() -> Vec<*const ()> {
         TRITONBACKEND_ResponseNewFromFactory as *const (),
         TRITONBACKEND_ResponseOutput as *const (),
         TRITONBACKEND_ResponseSend as *const (),
+        TRITONBACKEND_StateBuffer as *const (),
+        TRITONBACKEND_StateBufferAttributes as *const (),
+        TRITONBACKEND_StateNew as *const (),
+        TRITONBACKEND_StateUpdate as *const (),
         TRITONSERVER_BufferAttributesCudaIpcHandle as *const (),
         TRITONSERVER_DataTypeByteSize as *const (),
         TRITONSERVER_DataTypeString as *const (),
@@ -158,8 +162,8 @@ mod tests {
         assert_eq!(unique.len(), t.len());
         assert_eq!(
             t.len(),
-            129,
-            "the 121 functions Triton 2.51's Python backend calls, MetricNew, and 7 more of the in-process API"
+            133,
+            "the 121 functions Triton 2.51's Python backend calls, MetricNew, 7 more of the in-process API and the 4 of the state API"
         );
     }
 }

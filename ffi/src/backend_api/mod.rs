@@ -25,6 +25,7 @@ mod model;
 mod request;
 mod response;
 mod server;
+mod state;
 
 pub use host::{
     load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
