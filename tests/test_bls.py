@@ -72,6 +72,22 @@ def test_bls_calls_go_through_the_called_models_scheduler(servers):
     assert stats(tritium, "add_sub") == before + 3, "three BLS requests counted in add_sub's statistics"
 
 
+def test_many_bls_requests_at_once_all_get_their_own_answer(servers):
+    """32 clients at once, each BLS request making three calls: no call is lost or mixed up."""
+    from concurrent.futures import ThreadPoolExecutor
+    tritium, _ = servers
+
+    def one(i):
+        a, b = np.full(4, i, np.float32), np.arange(4, dtype=np.float32)
+        out, err = infer(tritium.http_url, "http", "bls_add_sub", [("INPUT0", a, "FP32"), ("INPUT1", b, "FP32")])
+        assert err is None, err
+        return all(np.array_equal(out[k], v) for k, v in
+                   (("SUM", a + b), ("DIFF", a - b), ("ASYNC_SUM", 2 * a + b), ("ASYNC_DIFF", 2 * a - b)))
+
+    with ThreadPoolExecutor(32) as pool:
+        assert all(pool.map(one, range(64)))
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_model_py_calls_an_onnx_model_and_a_python_model(servers, protocol):
     tritium, _ = servers
