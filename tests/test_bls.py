@@ -2,9 +2,10 @@
 inference API (`pb_utils.InferenceRequest(...).exec()`, `async_exec()`, `exec(decoupled=True)`),
 which Tritium's backend API host serves through its own schedulers. The BLS models are in
 tests/fixtures/bls_models/; the models they call are the Python-backend fixtures (add_sub,
-repeat, sequence, errors) and, in Tritium only, the bundled ONNX add_sub (real Triton 2.51 from
-the wheel has no ONNX Runtime backend). Every answer is compared with real Triton's over HTTP
-and gRPC: outputs bit for bit, error texts as Triton words them.
+repeat, sequence, errors) and, in Tritium only, the bundled ONNX add_sub and the ensemble
+text_classify (real Triton 2.51 from the wheel has no ONNX Runtime backend). Every answer is
+compared with real Triton's over HTTP and gRPC where Triton can serve the models: outputs bit for
+bit, error texts as Triton words them.
 """
 import shutil
 
@@ -12,13 +13,18 @@ import numpy as np
 import pytest
 import requests
 
-from helpers import Server, copy_bundled_repo
+from helpers import Server, copy_bundled_repo, wait_until
 from test_python_backend import MODELS, Triton, both, infer, stub_env
 
 BLS_MODELS = MODELS.parent / "bls_models"
 CALLEES = ("add_sub", "repeat", "sequence", "errors")
 CALLERS = ("bls_add_sub", "bls_decoupled", "bls_errors", "bls_sequence")
 PROTOCOLS = ["http", "grpc"]
+# A dozen stubs start at once: on a busy machine each may take longer than the Python
+# backend's default 30 s to come up.
+STUB_TIMEOUT = ["--backend-config=python,stub-timeout-seconds=180"]
+# The bundled ensemble (a Python model feeding an ONNX model) and its steps.
+ENSEMBLE = ["text_classify", "animal_words", "classify"]
 
 
 @pytest.fixture(scope="module")
@@ -27,17 +33,18 @@ def servers(tmp_path_factory):
     repo = base / "models"
     for m in CALLEES:
         shutil.copytree(MODELS / m, repo / m)
-    for m in CALLERS + ("bls_onnx",):
+    for m in CALLERS + ("bls_onnx", "bls_ensemble"):
         shutil.copytree(BLS_MODELS / m, repo / m)
     copy_bundled_repo(base / "bundled", ["add_sub"])
+    copy_bundled_repo(repo, ENSEMBLE)
     onnx = repo / "add_sub_onnx"
     shutil.copytree(base / "bundled" / "add_sub", onnx)
     config = onnx / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "add_sub"', 'name: "add_sub_onnx"'))
-    tritium = Server(repo, log_dir=base, env=stub_env()).start(timeout=120)
+    tritium = Server(repo, args=STUB_TIMEOUT, log_dir=base, env=stub_env()).start(timeout=300)
     # The same folder (model.py tracebacks name their path): Triton, without ONNX Runtime,
-    # serves all but the two ONNX models.
-    triton = Triton(repo, base, args=["--exit-on-error=false", "--strict-readiness=false"])
+    # serves all but the ONNX models and what uses them.
+    triton = Triton(repo, base, args=["--exit-on-error=false", "--strict-readiness=false", *STUB_TIMEOUT], timeout=300)
     yield tritium, triton
     triton.stop()
     assert tritium.stop() == 0, tritium.log_tail()
@@ -99,6 +106,19 @@ def test_a_model_py_calls_an_onnx_model_and_a_python_model(servers, protocol):
     np.testing.assert_allclose(out["OUTPUT0"], a + b)
     np.testing.assert_allclose(out["OUTPUT1"], a - b)
     np.testing.assert_array_equal(out["PY_SUM"], a[:4] + b[:4])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_bls_call_to_an_ensemble_answers_as_a_client_call_does(servers, protocol):
+    tritium, _ = servers
+    url = tritium.http_url if protocol == "http" else tritium.grpc_url
+    text = np.array([b"Two puppies and a hound chased a kitten"], dtype=np.object_)
+    direct, err = infer(url, protocol, "text_classify", [("TEXT", text, "BYTES")])
+    assert err is None, err
+    through_bls, err = infer(url, protocol, "bls_ensemble", [("TEXT", text, "BYTES")])
+    assert err is None, err
+    np.testing.assert_array_equal(through_bls["SCORES"], direct["SCORES"])
+    assert int(np.argmax(direct["SCORES"])) == 1, "dog, the label the bundled example gives"
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -183,14 +203,27 @@ def test_model_py_loads_and_unloads_models_as_triton(explicit):
         assert err is None, err
         return bool(out["READY"][0]), out["MESSAGE"][0].decode()
 
+    def ready_in(server):
+        out, err = infer(server.http_url, "http", "bls_loader", [("ACTION", np.array([0], np.int32), "INT32")])
+        assert err is None, err
+        return bool(out["READY"][0])
+
+    def unload():
+        # As in Triton, the unload starts and the call returns; the model goes a moment later
+        # (at its own pace in each server).
+        assert act(2)[1] == "ok"
+        for server in explicit:
+            wait_until(lambda: not ready_in(server), timeout=60, what="add_sub unloaded", interval=0.5)
+
     assert act(0) == (False, "ok")
     assert act(1) == (True, "ok")
     out, err = infer(tritium.grpc_url, "grpc", "add_sub", [("INPUT0", f32(1, 2, 3, 4), "FP32"),
                                                          ("INPUT1", f32(1, 1, 1, 1), "FP32")])
     assert err is None, err
     np.testing.assert_array_equal(out["OUTPUT1"], f32(0, 1, 2, 3))
-    assert act(2) == (False, "ok")
+    unload()
     assert act(3) == (True, "ok")
-    ready, message = act(4)
-    assert ready and "no_such_model" in message, message
-    assert act(2) == (False, "ok")
+    unload()
+    # ACTION 4 (loading a model the repository lacks) is left out: Triton 2.51's Python backend
+    # aborts the server process (boost::interprocess::lock_exception) after such failed loads,
+    # in real Triton as in Tritium (seen here within three tries), so no test can rely on it.

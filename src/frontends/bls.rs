@@ -74,11 +74,32 @@ impl InferenceServer for Bls {
         wait(async move { server.load_model(&model, config, files).await })
     }
 
+    /// As Triton's: the unload starts, and this returns once the model no longer takes requests
+    /// (its instances finish what they hold afterwards); a model that is not loaded is no error.
+    /// Only a refusal (the model control mode is not explicit) comes back.
     fn unload_model(&self, model: &str, dependents: bool) -> Result<(), HostError> {
-        let (server, model) = (self.server.clone(), model.to_string());
-        wait(async move { server.unload_model(&model, dependents).await })
+        self.server.repository.check_explicit().map_err(host_error)?;
+        let (server, name) = (self.server.clone(), model.to_string());
+        let (tx, rx) = std::sync::mpsc::channel();
+        runtime().spawn(async move {
+            if let Err(e) = server.unload_model(&name, dependents).await {
+                tracing::info!("unloading '{name}' for a backend: {}", e.message);
+            }
+            let _ = tx.send(());
+        });
+        let deadline = std::time::Instant::now() + UNLOAD_START;
+        while self.server.model_ready(model, None) && std::time::Instant::now() < deadline {
+            if rx.recv_timeout(std::time::Duration::from_millis(5)).is_ok() {
+                break;
+            }
+        }
+        Ok(())
     }
 }
+
+/// How long an unload for a backend may take to stop the model taking requests before the call
+/// returns anyway.
+const UNLOAD_START: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs a repository call on the frontend's runtime and waits for it on this (the backend's)
 /// thread.

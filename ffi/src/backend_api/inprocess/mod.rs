@@ -63,7 +63,8 @@ pub trait InferenceServer: Send + Sync {
     fn infer(&self, request: InProcessRequest, sink: EventSink) -> Result<(), HostError>;
     /// Loads (or reloads) a model, with an optional config JSON and `file:` contents; waits.
     fn load_model(&self, model: &str, config: Option<String>, files: Files) -> Result<(), HostError>;
-    /// Unloads a model (and, with `dependents`, the ensembles that use it); waits.
+    /// Starts unloading a model (and, with `dependents`, the ensembles that use it) and returns,
+    /// as Triton does; an error only when the server refuses to.
     fn unload_model(&self, model: &str, dependents: bool) -> Result<(), HostError>;
 }
 
