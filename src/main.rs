@@ -143,6 +143,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         engine.handle(),
     ));
     let server = Arc::new(Server::new(repository.clone(), cli.id.clone()));
+    // Backends' in-process requests (the Python backend's BLS) reach the same server.
+    frontends::bls::install(server.clone());
     let exit_timeout = Duration::from_secs(cli.exit_timeout_secs);
 
     // Endpoints come up first so that liveness answers while models load.

@@ -4,6 +4,7 @@ the same host as Triton's Python backend.
 - `vecop` (examples/custom_backend/vecop.c, built by its build.sh with the system compiler): a
   dynamically batched vector operation and a decoupled model, with a model config parameter,
   request parameters and a custom metric on /metrics.
+  `vecop_accumulate` is a sequence model keeping its sum in implicit state (the state API).
 - `faulty` (tests/fixtures/backends/faulty.c), built under several names: a backend for a newer
   API version, one whose Initialize fails, and models whose ModelInitialize or
   ModelInstanceInitialize fails, or whose requests are never answered, released without a
@@ -73,6 +74,11 @@ def make_repo(dest: Path, faulty=True) -> Path:
     config = (dest / "vecop_add" / "config.pbtxt").read_text().replace('"vecop_add"', '"vecop_slow"')
     (dest / "vecop_slow" / "config.pbtxt").write_text(
         config + 'parameters { key: "execute_delay_ms" value { string_value: "100" } }\n')
+    # vecop_accumulate whose state has another output name than the one the backend writes.
+    (dest / "vecop_misnamed_state" / "1").mkdir(parents=True)
+    config = (dest / "vecop_accumulate" / "config.pbtxt").read_text()
+    (dest / "vecop_misnamed_state" / "config.pbtxt").write_text(
+        config.replace('"vecop_accumulate"', '"vecop_misnamed_state"').replace('"ACC_NEXT"', '"ACC_OTHER"'))
     if faulty:
         for name, config in FAULTY_MODELS.items():
             (dest / name / "1").mkdir(parents=True)
@@ -256,3 +262,65 @@ def test_finalize_runs_when_the_last_model_of_a_backend_unloads_and_at_shutdown(
     log = srv.log_path.read_text()
     assert log.count("vecop: backend initialized") == 2, log
     assert log.count("vecop: backend finalized") == 2, log
+
+
+def run_sequence(url, protocol, model, corr, steps):
+    """OUT of each step (IN, start, end) of sequence `corr`, or the error text of a failed one."""
+    lib = httpclient if protocol == "http" else grpcclient
+    client = lib.InferenceServerClient(url)
+    answers = []
+    try:
+        for values, start, end in steps:
+            t = lib.InferInput("IN", [len(values)], "FP32")
+            t.set_data_from_numpy(np.array(values, dtype=np.float32))
+            try:
+                r = client.infer(model, [t], sequence_id=corr, sequence_start=start, sequence_end=end)
+            except InferenceServerException as e:
+                answers.append(e.message())
+                continue
+            outputs = r.get_response()["outputs"] if protocol == "http" else r.get_response(as_json=True)["outputs"]
+            answers.append(([o["name"] for o in outputs], r.as_numpy("OUT").tolist()))
+    finally:
+        client.close()
+    return answers
+
+
+STATE_STEPS = [([1, 2, 3], True, False), ([1, 1, 1], False, False), ([0, 0, 1], False, True)]
+
+
+def state_answers(url_of, protocol):
+    """Two sequences interleaved on vecop_accumulate, then one on the misnamed state."""
+    url = url_of(protocol)
+    first = run_sequence(url, protocol, "vecop_accumulate", 11, STATE_STEPS[:1])
+    other = run_sequence(url, protocol, "vecop_accumulate", 12, [([5, 5, 5], True, True)])
+    first += run_sequence(url, protocol, "vecop_accumulate", 11, STATE_STEPS[1:])
+    misnamed = run_sequence(url, protocol, "vecop_misnamed_state", 13, [([1, 1, 1], True, True)])
+    return first, other, misnamed
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_keeps_its_sum_in_implicit_state_through_the_state_api(server, protocol):
+    first, other, misnamed = state_answers(lambda p: server.http_url if p == "http" else server.grpc_url, protocol)
+    # OUT = ACC + 2 * IN; the state output stays the server's (the client gets OUT only).
+    assert first == [(["OUT"], [2, 4, 6]), (["OUT"], [4, 6, 8]), (["OUT"], [4, 6, 10])]
+    assert other == [(["OUT"], [10, 10, 10])], "a new sequence starts from the initial state"
+    assert len(misnamed) == 1 and "state 'ACC_NEXT' is not a valid state name." in misnamed[0], misnamed
+
+
+def test_the_state_api_answers_as_in_triton(backend_dir, tmp_path):
+    """The same library and models in real Triton 2.51 (from the nvidia-pytriton wheel)."""
+    triton_module = pytest.importorskip("test_python_backend")
+    repo = tmp_path / "models"
+    make_repo(tmp_path / "all", faulty=False)
+    for name in ("vecop_accumulate", "vecop_misnamed_state"):
+        shutil.copytree(tmp_path / "all" / name, repo / name)
+    srv = Server(repo, log_dir=tmp_path, args=["--backend-directory", str(backend_dir)]).start()
+    triton = triton_module.Triton(repo, tmp_path, args=["--backend-directory", str(backend_dir)])
+    try:
+        for protocol in ("http", "grpc"):
+            ours = state_answers(lambda p: srv.http_url if p == "http" else srv.grpc_url, protocol)
+            theirs = state_answers(lambda p: triton.http_url if p == "http" else triton.grpc_url, protocol)
+            assert ours == theirs
+    finally:
+        triton.stop()
+        assert srv.stop() == 0, srv.log_tail()

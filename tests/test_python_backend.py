@@ -46,7 +46,7 @@ def stub_env():
 class Triton:
     """Real Triton 2.51 from the wheel, on free ports, with the same backend directory."""
 
-    def __init__(self, repo: Path, log_dir: Path, args=()):
+    def __init__(self, repo: Path, log_dir: Path, args=(), timeout=60.0):
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.log_path = log_dir / f"triton-{self.http_port}.log"
         env = stub_env()
@@ -58,7 +58,7 @@ class Triton:
              str(self.metrics_port), "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
              "--exit-timeout-secs", "5", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log_path.read_text()
             try:

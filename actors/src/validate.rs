@@ -119,7 +119,8 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
             let (expected, note) = if policy.batches() && !spec.is_shape_tensor {
                 (fmt_shape(&[&[-1], spec.dims.as_slice()].concat()), BATCH_DIM_NOTE)
             } else {
-                (fmt_shape(&spec.dims), "")
+                // Triton ends the sentence with ". " and no note for a model that does not batch.
+                (fmt_shape(&spec.dims), " ")
             };
             return Err(Error::invalid(format!(
                 "{tag}unexpected shape for input '{}' for model '{model}'. Expected {expected}, got {}.{note}",
@@ -261,7 +262,7 @@ mod tests {
         let e = validate_request(&policy(0), &mut r).unwrap_err();
         assert_eq!(
             e.message,
-            "[request id: r7] unexpected shape for input 'IN' for model 'm'. Expected [-1,2], got [1,3]."
+            "[request id: r7] unexpected shape for input 'IN' for model 'm'. Expected [-1,2], got [1,3]. "
         );
         let e = validate_request(&policy(4), &mut req(vec![f32s("IN", vec![1, 3])])).unwrap_err();
         assert!(e.message.ends_with("got [1,3]. NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."), "{e}");

@@ -45,6 +45,7 @@ typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
 typedef struct TRITONBACKEND_Response TRITONBACKEND_Response;
 typedef struct TRITONBACKEND_ResponseFactory TRITONBACKEND_ResponseFactory;
 typedef struct TRITONBACKEND_Output TRITONBACKEND_Output;
+typedef struct TRITONBACKEND_State TRITONBACKEND_State;
 
 /* Error codes. */
 typedef enum {
@@ -188,6 +189,16 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(
 TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(
     TRITONBACKEND_Output* output, void** buffer, const uint64_t buffer_byte_size,
     TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id);
+/* Implicit sequence state (`sequence_batching { state [...] }`): the state arrives as an input
+ * named by its `input_name`; the next state is written under its `output_name` and kept by the
+ * server once updated. */
+TRITONSERVER_Error* TRITONBACKEND_StateNew(
+    TRITONBACKEND_State** state, TRITONBACKEND_Request* request, const char* name,
+    const TRITONSERVER_DataType datatype, const int64_t* shape, const uint32_t dims_count);
+TRITONSERVER_Error* TRITONBACKEND_StateBuffer(
+    TRITONBACKEND_State* state, void** buffer, const uint64_t buffer_byte_size,
+    TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id);
+TRITONSERVER_Error* TRITONBACKEND_StateUpdate(TRITONBACKEND_State* state);
 TRITONSERVER_Error* TRITONBACKEND_ResponseSend(
     TRITONBACKEND_Response* response, const uint32_t send_flags, TRITONSERVER_Error* error);
 TRITONSERVER_Error* TRITONBACKEND_ResponseDelete(TRITONBACKEND_Response* response);

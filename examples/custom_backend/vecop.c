@@ -42,6 +42,7 @@ typedef struct {
   float scale;
   useconds_t delay_us; /* execute_delay_ms: a pause per Execute, standing in for real work */
   bool decoupled;
+  bool accumulate; /* config parameter accumulate: "1", a sequence model with implicit state */
   TRITONSERVER_Metric* elements;
 } ModelState;
 
@@ -116,13 +117,13 @@ static TRITONSERVER_Error* config_number(const char* json, const char* key, doub
   return NULL;
 }
 
-/* Reads `scale`, `execute_delay_ms` and the decoupled flag from the model config. */
+/* Reads `scale`, `execute_delay_ms`, `accumulate` and the decoupled flag from the model config. */
 static TRITONSERVER_Error* read_config(TRITONBACKEND_Model* model, ModelState* state) {
   TRITONSERVER_Message* message;
   RETURN_IF_ERROR(TRITONBACKEND_ModelConfig(model, 1, &message));
   const char* json;
   size_t size;
-  double scale = 1, delay_ms = 0;
+  double scale = 1, delay_ms = 0, accumulate = 0;
   TRITONSERVER_Error* err = TRITONSERVER_MessageSerializeToJson(message, &json, &size);
   if (err == NULL) {
     const char* decoupled = json_value(json, "decoupled");
@@ -130,6 +131,8 @@ static TRITONSERVER_Error* read_config(TRITONBACKEND_Model* model, ModelState* s
     err = config_number(json, "scale", 1, &scale);
   }
   if (err == NULL) err = config_number(json, "execute_delay_ms", 0, &delay_ms);
+  if (err == NULL) err = config_number(json, "accumulate", 0, &accumulate);
+  state->accumulate = accumulate != 0;
   state->scale = (float)scale;
   state->delay_us = delay_ms > 0 ? (useconds_t)(delay_ms * 1000) : 0;
   TRITONSERVER_MessageDelete(message);
@@ -249,6 +252,37 @@ static TRITONSERVER_Error* add(ModelState* state, TRITONBACKEND_Request* request
   return NULL;
 }
 
+/* Builds the response of one request of a sequence: OUT = ACC + scale * IN, where ACC is the
+ * sequence's implicit state (zeros at its start, from `initial_state`), and OUT becomes the
+ * state the sequence's next request gets as ACC. */
+static TRITONSERVER_Error* accumulate(ModelState* state, TRITONBACKEND_Request* request,
+                                      TRITONBACKEND_Response* response, uint64_t* elements) {
+  Fp32Input in, acc;
+  RETURN_IF_ERROR(fp32_input(request, "IN", &in));
+  RETURN_IF_ERROR(fp32_input(request, "ACC", &acc));
+  if (acc.count != in.count) {
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "vecop: 'IN' and the state 'ACC' differ in size");
+  }
+  TRITONBACKEND_Output* output;
+  void* out;
+  void* next;
+  TRITONSERVER_MemoryType memory = TRITONSERVER_MEMORY_CPU;
+  int64_t memory_id = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_FP32, in.shape, in.dims));
+  RETURN_IF_ERROR(TRITONBACKEND_OutputBuffer(output, &out, in.count * sizeof(float), &memory, &memory_id));
+  TRITONBACKEND_State* next_state;
+  RETURN_IF_ERROR(TRITONBACKEND_StateNew(&next_state, request, "ACC_NEXT", TRITONSERVER_TYPE_FP32, in.shape, in.dims));
+  memory = TRITONSERVER_MEMORY_CPU;
+  memory_id = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_StateBuffer(next_state, &next, in.count * sizeof(float), &memory, &memory_id));
+  for (uint64_t i = 0; i < in.count; i++) {
+    ((float*)out)[i] = acc.data[i] + state->scale * in.data[i];
+    ((float*)next)[i] = ((float*)out)[i];
+  }
+  *elements += in.count;
+  return TRITONBACKEND_StateUpdate(next_state);
+}
+
 /* Streams one decoupled request: one response per element of IN, then the final flag. */
 static TRITONSERVER_Error* stream(ModelState* state, TRITONBACKEND_Request* request, uint64_t* elements) {
   Fp32Input in;
@@ -329,7 +363,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_Response* response;
     TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
     if (err == NULL) {
-      TRITONSERVER_Error* failed = add(state, request, response, &elements);
+      TRITONSERVER_Error* failed = state->accumulate ? accumulate(state, request, response, &elements)
+                                                     : add(state, request, response, &elements);
       /* A response carrying an error fails this request alone. */
       err = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failed);
       if (failed != NULL) TRITONSERVER_ErrorDelete(failed);

@@ -3,6 +3,7 @@
 
 pub mod affinity;
 pub mod binary_mime;
+pub mod bls;
 pub mod classification;
 pub mod forward;
 pub mod generate;

@@ -224,7 +224,8 @@ impl RepositoryManager {
         self.unload(name).await
     }
 
-    fn check_explicit(&self) -> Result<()> {
+    /// Refuses explicit loads and unloads unless the model control mode is explicit (Triton's texts).
+    pub fn check_explicit(&self) -> Result<()> {
         match self.opts.mode {
             ControlMode::Explicit => Ok(()),
             ControlMode::Poll => {

@@ -4,7 +4,10 @@
 //! symbols resolve to them.
 
 #[allow(unused_imports)]
-use super::{error::*, message::*, metrics::*, model::*, request::*, response::*, server::*};
+use super::{
+    error::*, inprocess::request::*, inprocess::response::*, inprocess::*, message::*, metrics::*, model::*,
+    request::*, response::*, server::*, state::*,
+};
 
 /// The exported functions' addresses.
 pub fn table() -> Vec<*const ()> {
@@ -71,6 +74,10 @@ pub fn table() -> Vec<*const ()> {
         TRITONBACKEND_ResponseNewFromFactory as *const (),
         TRITONBACKEND_ResponseOutput as *const (),
         TRITONBACKEND_ResponseSend as *const (),
+        TRITONBACKEND_StateBuffer as *const (),
+        TRITONBACKEND_StateBufferAttributes as *const (),
+        TRITONBACKEND_StateNew as *const (),
+        TRITONBACKEND_StateUpdate as *const (),
         TRITONSERVER_BufferAttributesCudaIpcHandle as *const (),
         TRITONSERVER_DataTypeByteSize as *const (),
         TRITONSERVER_DataTypeString as *const (),
@@ -131,6 +138,13 @@ pub fn table() -> Vec<*const ()> {
         TRITONSERVER_ServerModelTransactionProperties as *const (),
         TRITONSERVER_ServerUnloadModel as *const (),
         TRITONSERVER_ServerUnloadModelAndDependents as *const (),
+        TRITONSERVER_ServerLoadModel as *const (),
+        TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs as *const (),
+        TRITONSERVER_InferenceRequestRemoveAllInputData as *const (),
+        TRITONSERVER_InferenceRequestRemoveAllInputs as *const (),
+        TRITONSERVER_InferenceRequestSetDoubleParameter as *const (),
+        TRITONSERVER_InferenceRequestSetPriorityUInt64 as *const (),
+        TRITONSERVER_InferenceRequestSetPriority as *const (),
     ]
 }
 
@@ -146,6 +160,10 @@ mod tests {
         let t = super::table();
         let unique: std::collections::HashSet<_> = t.iter().collect();
         assert_eq!(unique.len(), t.len());
-        assert_eq!(t.len(), 122, "the 121 functions Triton 2.51's Python backend calls and MetricNew");
+        assert_eq!(
+            t.len(),
+            133,
+            "the 121 functions Triton 2.51's Python backend calls, MetricNew, 7 more of the in-process API and the 4 of the state API"
+        );
     }
 }

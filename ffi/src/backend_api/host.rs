@@ -18,6 +18,7 @@ use super::library::Library;
 use super::model::{name, Backend, BackendAttribute, Instance, Model};
 use super::request::Request;
 use super::response::Sink;
+use super::state::States;
 
 /// A tensor crossing the boundary: a Triton datatype name (`FP32`), a shape and its bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +52,11 @@ pub struct HostRequest {
     /// Requested output names; empty = all.
     pub outputs: Vec<String>,
     pub parameters: Vec<(String, HostParam)>,
+    /// The model's name, for the backend API's error texts.
+    pub model: String,
+    /// The model's implicit state outputs (`sequence_batching.state` output names); `None`
+    /// when it has no state configuration.
+    pub state_outputs: Option<Vec<String>>,
 }
 
 /// An error from the backend or the host: Triton's code and message.
@@ -277,10 +283,11 @@ impl LoadedInstance {
     pub fn execute(&self, requests: Vec<HostRequest>) -> Result<Vec<Pending>, HostError> {
         let mut pending = Vec::with_capacity(requests.len());
         let mut raw: Vec<*mut Request> = Vec::with_capacity(requests.len());
-        for r in requests {
+        for mut r in requests {
             let (tx, rx) = channel();
             let cancel = Arc::new(AtomicBool::new(false));
-            raw.push(Box::into_raw(Box::new(Request::new(r, Arc::new(Sink::new(tx, cancel.clone()))))));
+            let states = States::new(&r.model, r.state_outputs.take());
+            raw.push(Box::into_raw(Box::new(Request::new(r, Arc::new(Sink::new(tx, cancel.clone(), states))))));
             pending.push(Pending { events: rx, cancel });
         }
         let execute = self.0.model.backend.library.instance_execute;

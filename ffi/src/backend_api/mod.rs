@@ -17,6 +17,7 @@ mod elf;
 mod error;
 pub mod exports;
 mod host;
+mod inprocess;
 mod library;
 mod message;
 mod metrics;
@@ -24,10 +25,12 @@ mod model;
 mod request;
 mod response;
 mod server;
+mod state;
 
 pub use host::{
     load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
     LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending,
 };
+pub use inprocess::{set_inference_server, EventSink, InProcessEvent, InProcessRequest, InferenceServer};
 /// Custom metrics of backends in Prometheus text, for `/metrics`.
 pub use metrics::render as metrics_text;

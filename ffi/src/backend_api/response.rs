@@ -15,16 +15,23 @@ use super::boundary::{borrow, borrow_mut, export, text, write};
 use super::error::Error;
 use super::host::{HostError, HostEvent, HostResponse, HostTensor};
 use super::request::{BufferAttributes, Request};
+use super::state::States;
 
 /// Where a request's responses go.
 pub struct Sink {
     tx: Sender<HostEvent>,
     cancelled: Arc<AtomicBool>,
+    /// The request's implicit sequence states.
+    states: States,
 }
 
 impl Sink {
-    pub(crate) fn new(tx: Sender<HostEvent>, cancelled: Arc<AtomicBool>) -> Self {
-        Sink { tx, cancelled }
+    pub(crate) fn new(tx: Sender<HostEvent>, cancelled: Arc<AtomicBool>, states: States) -> Self {
+        Sink { tx, cancelled, states }
+    }
+
+    pub(crate) fn states(&self) -> &States {
+        &self.states
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -190,7 +197,8 @@ export! {
         let outputs = if error.is_some() {
             Vec::new()
         } else {
-            r.outputs
+            let mut outputs: Vec<HostTensor> = r
+                .outputs
                 .into_iter()
                 .map(|o| HostTensor {
                     name: o.name,
@@ -198,7 +206,12 @@ export! {
                     shape: o.shape,
                     data: Bytes::from(o.buffer.unwrap_or_default()),
                 })
-                .collect()
+                .collect();
+            // The states updated for the request go with its response, under their names.
+            let states = r.sink.states.take_updates();
+            outputs.retain(|o| states.iter().all(|s| s.name != o.name));
+            outputs.extend(states);
+            outputs
         };
         let is_final = send_flags & RESPONSE_COMPLETE_FINAL != 0;
         r.sink.send(HostEvent::Response(HostResponse { outputs, error, is_final }));

@@ -17,6 +17,7 @@ use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InstanceKind, I
 use tritium_ffi::backend_api::{self as host, abi, HostEvent, LoadedInstance, LoadedModel};
 
 use crate::config::ModelConfig;
+use crate::proto::inference::model_config::SchedulingChoice;
 
 /// The library Triton loads for backend `name` from a backend directory.
 pub fn library_path(backend_directory: &Path, name: &str) -> PathBuf {
@@ -110,6 +111,8 @@ pub struct TritonFactory {
     decoupled: bool,
     /// The config's output names: what a request that names none asks for (as in Triton).
     outputs: Vec<String>,
+    /// The implicit sequence states' output names, `None` without a state configuration.
+    states: Option<Vec<String>>,
 }
 
 impl TritonFactory {
@@ -134,7 +137,13 @@ impl TritonFactory {
             load_on_backend(config, model_dir, version, library, backend_directory, backend_settings, false)?;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         let outputs = config.output.iter().map(|o| o.name.clone()).collect();
-        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs })
+        let states = match &config.scheduling_choice {
+            Some(SchedulingChoice::SequenceBatching(sb)) if !sb.state.is_empty() => {
+                Some(sb.state.iter().map(|s| s.output_name.clone()).collect())
+            }
+            _ => None,
+        };
+        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs, states })
     }
 }
 
@@ -158,6 +167,7 @@ impl BackendFactory for TritonFactory {
             model: self.name.clone(),
             decoupled: self.decoupled,
             outputs: self.outputs.clone(),
+            states: self.states.clone(),
             failure: None,
             hung: false,
         }))
@@ -170,6 +180,7 @@ pub struct TritonInstance {
     model: String,
     decoupled: bool,
     outputs: Vec<String>,
+    states: Option<Vec<String>>,
     /// The first failure since the last health check.
     failure: Option<Error>,
     /// A call to the backend's execute never returned: the instance cannot serve any more.
@@ -189,7 +200,11 @@ impl TritonInstance {
     ) -> Result<Vec<Option<Error>>> {
         let outputs = if batch.outputs.is_empty() { &self.outputs[..] } else { batch.outputs };
         let deadlines = convert::deadlines(&batch);
-        let requests = convert::requests(&batch, outputs);
+        let mut requests = convert::requests(&batch, outputs);
+        for r in &mut requests {
+            r.model.clone_from(&self.model);
+            r.state_outputs.clone_from(&self.states);
+        }
         let pending = match deadlines.iter().flatten().min() {
             None => self.instance.execute(requests).map_err(convert::error),
             Some(&deadline) => self.execute_within(requests, deadline),
