@@ -1,0 +1,161 @@
+//! Triton's OpenTelemetry trace mode: a finished trace becomes spans laid out as Triton lays
+//! them out, exported as OTLP/HTTP protobuf by the SDK's batch span processor.
+//!
+//! The layout (Triton's `tracer.cc`): a root span `InferRequest` (kind server) holding the
+//! frontend's points (`HTTP_RECV_START`, `GRPC_WAITREAD_END`, `INFER_RESPONSE_COMPLETE`,
+//! `HTTP_SEND_END`, …) as events, child of the client's span when the request carried a W3C
+//! `traceparent`; under it one span named after the model with `REQUEST_START`, `QUEUE_START`
+//! and `REQUEST_END` and the attributes `triton.model_name`, `triton.model_version`,
+//! `triton.trace_id`, `triton.trace_parent_id` (and `triton.request_id` when set); under that a
+//! `compute` span with `COMPUTE_START`, `COMPUTE_INPUT_END`, `COMPUTE_OUTPUT_START`,
+//! `COMPUTE_END`. An ensemble's span has no compute span of its own: each composing model's
+//! request is a model span (with its compute span) under it, nested ensembles likewise.
+//!
+//! Nothing here waits on the network: ending a span hands it to the batch processor's bounded
+//! queue (a full queue drops the span), and the processor exports on its own thread; a failed
+//! export is logged (at most once every ten seconds), never returned to a request.
+
+pub mod config;
+mod export;
+pub mod propagate;
+
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime};
+
+pub use config::OtelConfig;
+pub use export::Exporter;
+use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+pub use propagate::RemoteParent;
+use tritium_actors::Trace;
+
+/// The points that belong to the model's span and to its compute span (Triton's
+/// `GetSpanNameForActivity`); every other point belongs to the root span.
+const REQUEST_POINTS: [&str; 3] = ["REQUEST_START", "QUEUE_START", "REQUEST_END"];
+const COMPUTE_POINTS: [&str; 4] = ["COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"];
+
+/// `Instant` → wall clock, anchored once (span times are wall-clock, as OTLP wants).
+fn wall(at: Instant) -> SystemTime {
+    static ANCHOR: OnceLock<(Instant, SystemTime)> = OnceLock::new();
+    let (i, s) = *ANCHOR.get_or_init(|| (Instant::now(), SystemTime::now()));
+    if at >= i {
+        s + (at - i)
+    } else {
+        s - (i - at)
+    }
+}
+
+/// What one finished trace hands the exporter.
+pub struct Finished<'a> {
+    /// Triton's trace id of the request.
+    pub id: u64,
+    pub model: &'a str,
+    pub version: i64,
+    pub request_id: &'a str,
+    /// When the request was sampled (the root span's start).
+    pub started: Instant,
+    pub parent: Option<&'a RemoteParent>,
+    /// The timestamps (`None` below TIMESTAMPS level: then only the spans, without events).
+    pub events: Option<&'a Trace>,
+}
+
+impl Exporter {
+    /// Builds `trace`'s spans and hands them to the batch processor.
+    pub fn export(&self, trace: Finished<'_>, next_id: &dyn Fn() -> u64) {
+        let end = Instant::now();
+        let tracer = self.tracer();
+        let parent_cx = match trace.parent {
+            Some(p) => Context::new().with_remote_span_context(p.0.clone()),
+            None => Context::new(),
+        };
+        let events = trace.events.map(Trace::events).unwrap_or_default();
+        // A frontend may stamp its first point before sampling (HTTP_RECV_START): the root
+        // span starts at whichever is first.
+        let start = events.first().map_or(trace.started, |(_, at)| (*at).min(trace.started));
+        let mut root = tracer
+            .span_builder("InferRequest")
+            .with_kind(SpanKind::Server)
+            .with_start_time(wall(start))
+            .start_with_context(tracer, &parent_cx);
+        for (name, at) in events.iter().filter(|(n, _)| !REQUEST_POINTS.contains(n) && !COMPUTE_POINTS.contains(n)) {
+            root.add_event_with_timestamp(*name, wall(*at), Vec::new());
+        }
+        let root_cx = Context::new().with_span(root);
+        let model = ModelSpan {
+            model: trace.model,
+            version: trace.version,
+            id: trace.id,
+            parent_id: 0,
+            request_id: trace.request_id,
+            events: &events,
+            children: trace.events.map(Trace::children).unwrap_or_default(),
+        };
+        self.model_span(&root_cx, model, (start, end), next_id);
+        root_cx.span().end_with_timestamp(wall(end));
+    }
+
+    /// One model's span under `parent_cx`, its compute span and its composing models' spans.
+    fn model_span(&self, parent_cx: &Context, m: ModelSpan<'_>, bounds: (Instant, Instant), next_id: &dyn Fn() -> u64) {
+        let tracer = self.tracer();
+        let at = |name: &str| m.events.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+        let start = at("REQUEST_START").unwrap_or(bounds.0);
+        let end = m.events.iter().rev().find(|(n, _)| *n == "REQUEST_END").map(|(_, t)| *t).unwrap_or(bounds.1);
+        let mut attributes = vec![
+            KeyValue::new("triton.model_name", m.model.to_string()),
+            KeyValue::new("triton.model_version", m.version),
+            KeyValue::new("triton.trace_id", m.id as i64),
+            KeyValue::new("triton.trace_parent_id", m.parent_id as i64),
+        ];
+        if !m.request_id.is_empty() {
+            attributes.push(KeyValue::new("triton.request_id", m.request_id.to_string()));
+        }
+        let mut span = tracer
+            .span_builder(m.model.to_string())
+            .with_kind(SpanKind::Server)
+            .with_start_time(wall(start))
+            .with_attributes(attributes)
+            .start_with_context(tracer, parent_cx);
+        for (name, at) in m.events.iter().filter(|(n, _)| REQUEST_POINTS.contains(n)) {
+            span.add_event_with_timestamp(*name, wall(*at), Vec::new());
+        }
+        let cx = parent_cx.with_span(span);
+        if m.children.is_empty() {
+            let compute: Vec<_> = m.events.iter().filter(|(n, _)| COMPUTE_POINTS.contains(n)).collect();
+            if let (Some(first), Some(last)) = (compute.first(), compute.last()) {
+                let mut span = tracer
+                    .span_builder("compute")
+                    .with_kind(SpanKind::Server)
+                    .with_start_time(wall(first.1))
+                    .start_with_context(tracer, &cx);
+                for (name, at) in &compute {
+                    span.add_event_with_timestamp(*name, wall(*at), Vec::new());
+                }
+                span.end_with_timestamp(wall(last.1));
+            }
+        }
+        for (model, child) in &m.children {
+            let events = child.events();
+            let sub = ModelSpan {
+                model,
+                version: child.version(),
+                id: next_id(),
+                parent_id: m.id,
+                request_id: m.request_id,
+                events: &events,
+                children: child.children(),
+            };
+            self.model_span(&cx, sub, (start, end), next_id);
+        }
+        cx.span().end_with_timestamp(wall(end));
+    }
+}
+
+struct ModelSpan<'a> {
+    model: &'a str,
+    version: i64,
+    id: u64,
+    parent_id: u64,
+    request_id: &'a str,
+    events: &'a [(&'static str, Instant)],
+    children: Vec<(String, std::sync::Arc<Trace>)>,
+}
