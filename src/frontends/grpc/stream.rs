@@ -94,7 +94,7 @@ pub fn start(
                             }
                         }
                         match outcome {
-                            Outcome::Running(running) => forward(running, &out).await,
+                            Outcome::Running(running) => forward(*running, &out).await,
                             Outcome::Failed(message) => {
                                 let _ = out.send(Ok(error_response(message))).await;
                             }
@@ -125,8 +125,8 @@ struct Running {
 
 /// What became of a request read off the stream.
 enum Outcome {
-    /// In the engine; its answers are to come.
-    Running(Running),
+    /// In the engine; its answers are to come (boxed: the other variant is small).
+    Running(Box<Running>),
     /// Refused before it reached the engine, with this message.
     Failed(String),
 }
@@ -166,7 +166,8 @@ fn submit(
     let (tx, rx) = mpsc::unbounded_channel();
     let outcome = match server.submit(request, Reply::Stream(tx)) {
         Ok(model) => {
-            Outcome::Running(Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace })
+            let running = Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace };
+            Outcome::Running(Box::new(running))
         }
         Err(e) => {
             span.in_scope(|| tracing::debug!("gRPC stream infer request failed: {}", e.message));

@@ -21,8 +21,9 @@ pub struct ActiveTrace {
     pub(super) events: Option<Arc<Trace>>,
     /// When it was sampled (the OpenTelemetry root span's start).
     pub(super) started: Instant,
-    /// The client's span (OpenTelemetry mode, from a `traceparent`).
-    pub(super) parent: Option<RemoteParent>,
+    /// The client's span (OpenTelemetry mode, from a `traceparent`); boxed, as most traces
+    /// have none.
+    pub(super) parent: Option<Box<RemoteParent>>,
 }
 
 impl ActiveTrace {
@@ -81,7 +82,7 @@ impl ActiveTrace {
                         version,
                         request_id,
                         started: self.started,
-                        parent: self.parent.as_ref(),
+                        parent: self.parent.as_deref(),
                         events: self.events.as_deref(),
                     };
                     exporter.export(finished, &super::next_id);

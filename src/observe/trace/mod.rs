@@ -163,7 +163,7 @@ impl TraceManager {
             return None;
         }
         let events = setting.config.level.timestamps.then(|| Arc::new(Trace::new()));
-        let parent = parent.filter(|_| setting.config.mode == TraceMode::OpenTelemetry);
+        let parent = parent.filter(|_| setting.config.mode == TraceMode::OpenTelemetry).map(Box::new);
         Some(ActiveTrace {
             id: next_id(),
             model: model.to_string(),

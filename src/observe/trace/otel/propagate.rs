@@ -17,7 +17,12 @@ impl RemoteParent {
     /// The client's context from its `traceparent` and `tracestate` values; `None` when there is
     /// none or it is not valid W3C trace context (the request is then sampled as any other).
     pub fn from_headers(traceparent: Option<&[u8]>, tracestate: Option<&[u8]>) -> Option<RemoteParent> {
-        let traceparent = std::str::from_utf8(traceparent?).ok()?;
+        let traceparent = std::str::from_utf8(traceparent?).ok()?.trim();
+        // The SDK checks the values, not the widths: a field of the wrong width is refused here.
+        let widths: Vec<usize> = traceparent.split('-').map(str::len).take(4).collect();
+        if widths != [2, 32, 16, 2] {
+            return None;
+        }
         let mut carrier = HashMap::with_capacity(2);
         carrier.insert("traceparent".to_string(), traceparent.to_string());
         if let Some(state) = tracestate.and_then(|s| std::str::from_utf8(s).ok()) {
@@ -68,6 +73,9 @@ mod tests {
             b"00-00000000000000000000000000000000-b7ad6b7169242424-01",
             b"00-0af7651916cd43dd8448eb211c12666c-0000000000000000-01",
             b"00-0af7651916cd43dd8448eb211c12666c-b7ad6b71692424-01",
+            b"00-af7651916cd43dd8448eb211c12666c-b7ad6b7169242424-01",
+            b"00-0af7651916cd43dd8448eb211c12666c-b7ad6b7169242424-1",
+            b"00-0af7651916cd43dd8448eb211c12666c-b7ad6b7169242424-01-extra",
             b"ff-0af7651916cd43dd8448eb211c12666c-b7ad6b7169242424-01",
             b"00-0AF7651916CD43DD8448EB211C12666C-b7ad6b7169242424-01",
             b"\xff\xfe",
