@@ -76,16 +76,16 @@ impl ActiveTrace {
             }
             TraceMode::OpenTelemetry => {
                 if let Some(exporter) = &self.setting.sinks.otel {
-                    let finished = Finished {
+                    exporter.export(Finished {
                         id: self.id,
-                        model: &self.model,
+                        model: self.model,
                         version,
-                        request_id,
+                        request_id: request_id.to_string(),
                         started: self.started,
-                        parent: self.parent.as_deref(),
-                        events: self.events.as_deref(),
-                    };
-                    exporter.export(finished, &super::next_id);
+                        ended: Instant::now(),
+                        parent: self.parent,
+                        events: self.events,
+                    });
                 }
             }
         }

@@ -1,7 +1,10 @@
-//! The exporter: the SDK's tracer provider with a batch span processor (its own thread, a
-//! bounded queue) over the OTLP/HTTP protobuf exporter, and the resource attributes.
+//! The exporter: the `otel-spans` thread that turns finished traces into spans, the SDK's
+//! tracer provider with a batch span processor (its own thread, a bounded queue) over the
+//! OTLP/HTTP protobuf exporter, and the resource attributes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
@@ -15,14 +18,25 @@ use opentelemetry_sdk::Resource;
 use parking_lot::Mutex;
 
 use super::config::{OtelConfig, DEFAULT_SERVICE_NAME};
+use super::{build, Finished};
 
 /// How long one export may take before the processor gives it up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Finished traces waiting for the span thread (the SDK's default span queue, in traces).
+const TRACE_QUEUE: usize = 2048;
+
+enum Job {
+    Trace(Finished),
+    /// Answered once every trace sent before it has become spans.
+    Flush(SyncSender<()>),
+}
 
 /// The span pipeline of OpenTelemetry mode.
 pub struct Exporter {
     provider: SdkTracerProvider,
-    tracer: SdkTracer,
+    jobs: SyncSender<Job>,
+    /// Traces dropped because the span thread's queue was full (logged by the thread).
+    dropped: Arc<AtomicU64>,
 }
 
 impl Exporter {
@@ -56,17 +70,50 @@ impl Exporter {
             .with_sampler(Sampler::AlwaysOn)
             .build();
         let tracer = provider.tracer("triton-server");
-        Ok(Exporter { provider, tracer })
+        let (jobs, rx) = sync_channel(TRACE_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let lost = dropped.clone();
+        std::thread::Builder::new()
+            .name("otel-spans".into())
+            .spawn(move || span_thread(&tracer, rx, &lost))
+            .map_err(|e| format!("cannot start the OpenTelemetry span thread: {e}"))?;
+        Ok(Exporter { provider, jobs, dropped })
     }
 
-    pub(super) fn tracer(&self) -> &SdkTracer {
-        &self.tracer
+    /// Queues a finished trace for the span thread; never waits (a full queue drops it).
+    pub fn export(&self, trace: Finished) {
+        if let Err(TrySendError::Full(_)) = self.jobs.try_send(Job::Trace(trace)) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
-    /// Exports what is queued and stops the processor (at most `timeout`).
+    /// Turns what is queued into spans, exports them and stops the processor (each step at
+    /// most `timeout`).
     pub fn shutdown(&self, timeout: Duration) {
+        let (tx, rx) = sync_channel(1);
+        // The span thread never waits on the network: the queue ahead of the flush drains.
+        if self.jobs.send(Job::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(timeout);
+        }
         if let Err(e) = self.provider.shutdown_with_timeout(timeout) {
             tracing::warn!("OpenTelemetry trace export did not finish at shutdown: {e}");
+        }
+    }
+}
+
+fn span_thread(tracer: &SdkTracer, jobs: Receiver<Job>, dropped: &AtomicU64) {
+    let mut last_warning: Option<Instant> = None;
+    for job in jobs {
+        match job {
+            Job::Trace(trace) => build(tracer, trace, &super::super::next_id),
+            Job::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+        if dropped.load(Ordering::Relaxed) > 0 && last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            last_warning = Some(Instant::now());
+            let n = dropped.swap(0, Ordering::Relaxed);
+            tracing::warn!("OpenTelemetry traces: {n} traces dropped, more finished than the span thread could build");
         }
     }
 }

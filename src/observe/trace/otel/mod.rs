@@ -11,21 +11,24 @@
 //! `COMPUTE_END`. An ensemble's span has no compute span of its own: each composing model's
 //! request is a model span (with its compute span) under it, nested ensembles likewise.
 //!
-//! Nothing here waits on the network: ending a span hands it to the batch processor's bounded
-//! queue (a full queue drops the span), and the processor exports on its own thread; a failed
-//! export is logged (at most once every ten seconds), never returned to a request.
+//! Nothing here runs on the request path but a channel send: a finished trace (its points and
+//! ids, moved, not copied) goes to the `otel-spans` thread over a bounded queue (full: the trace
+//! is dropped and counted), which builds the spans and hands them to the batch processor's own
+//! bounded queue; the processor exports on its thread. A failed export or a dropped trace is
+//! logged (at most once every ten seconds), never returned to a request.
 
 pub mod config;
 mod export;
 pub mod propagate;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
 pub use config::OtelConfig;
 pub use export::Exporter;
 use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::SdkTracer;
 pub use propagate::RemoteParent;
 use tritium_actors::Trace;
 
@@ -46,108 +49,111 @@ fn wall(at: Instant) -> SystemTime {
 }
 
 /// What one finished trace hands the exporter.
-pub struct Finished<'a> {
+pub struct Finished {
     /// Triton's trace id of the request.
     pub id: u64,
-    pub model: &'a str,
+    pub model: String,
     pub version: i64,
-    pub request_id: &'a str,
-    /// When the request was sampled (the root span's start).
+    pub request_id: String,
+    /// When the request was sampled (the root span's start) and when it finished.
     pub started: Instant,
-    pub parent: Option<&'a RemoteParent>,
+    pub ended: Instant,
+    pub parent: Option<Box<RemoteParent>>,
     /// The timestamps (`None` below TIMESTAMPS level: then only the spans, without events).
-    pub events: Option<&'a Trace>,
+    pub events: Option<Arc<Trace>>,
 }
 
-impl Exporter {
-    /// Builds `trace`'s spans and hands them to the batch processor.
-    pub fn export(&self, trace: Finished<'_>, next_id: &dyn Fn() -> u64) {
-        let end = Instant::now();
-        let tracer = self.tracer();
-        let parent_cx = match trace.parent {
-            Some(p) => Context::new().with_remote_span_context(p.0.clone()),
-            None => Context::new(),
-        };
-        let events = trace.events.map(Trace::events).unwrap_or_default();
-        // A frontend may stamp its first point before sampling (HTTP_RECV_START): the root
-        // span starts at whichever is first.
-        let start = events.first().map_or(trace.started, |(_, at)| (*at).min(trace.started));
-        let mut root = tracer
-            .span_builder("InferRequest")
-            .with_kind(SpanKind::Server)
-            .with_start_time(wall(start))
-            .start_with_context(tracer, &parent_cx);
-        for (name, at) in events.iter().filter(|(n, _)| !REQUEST_POINTS.contains(n) && !COMPUTE_POINTS.contains(n)) {
-            root.add_event_with_timestamp(*name, wall(*at), Vec::new());
-        }
-        let root_cx = Context::new().with_span(root);
-        let model = ModelSpan {
-            model: trace.model,
-            version: trace.version,
-            id: trace.id,
-            parent_id: 0,
-            request_id: trace.request_id,
-            events: &events,
-            children: trace.events.map(Trace::children).unwrap_or_default(),
-        };
-        self.model_span(&root_cx, model, (start, end), next_id);
-        root_cx.span().end_with_timestamp(wall(end));
+/// Builds one finished trace's spans and hands them to the batch processor (on `otel-spans`).
+pub(super) fn build(tracer: &SdkTracer, trace: Finished, next_id: &dyn Fn() -> u64) {
+    let end = trace.ended;
+    let parent_cx = match &trace.parent {
+        Some(p) => Context::new().with_remote_span_context(p.0.clone()),
+        None => Context::new(),
+    };
+    let events = trace.events.as_deref().map(Trace::events).unwrap_or_default();
+    // A frontend may stamp its first point before sampling (HTTP_RECV_START): the root
+    // span starts at whichever is first.
+    let start = events.first().map_or(trace.started, |(_, at)| (*at).min(trace.started));
+    let mut root = tracer
+        .span_builder("InferRequest")
+        .with_kind(SpanKind::Server)
+        .with_start_time(wall(start))
+        .start_with_context(tracer, &parent_cx);
+    for (name, at) in events.iter().filter(|(n, _)| !REQUEST_POINTS.contains(n) && !COMPUTE_POINTS.contains(n)) {
+        root.add_event_with_timestamp(*name, wall(*at), Vec::new());
     }
+    let root_cx = Context::new().with_span(root);
+    let model = ModelSpan {
+        model: &trace.model,
+        version: trace.version,
+        id: trace.id,
+        parent_id: 0,
+        request_id: &trace.request_id,
+        events: &events,
+        children: trace.events.as_deref().map(Trace::children).unwrap_or_default(),
+    };
+    model_span(tracer, &root_cx, model, (start, end), next_id);
+    root_cx.span().end_with_timestamp(wall(end));
+}
 
-    /// One model's span under `parent_cx`, its compute span and its composing models' spans.
-    fn model_span(&self, parent_cx: &Context, m: ModelSpan<'_>, bounds: (Instant, Instant), next_id: &dyn Fn() -> u64) {
-        let tracer = self.tracer();
-        let at = |name: &str| m.events.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
-        let start = at("REQUEST_START").unwrap_or(bounds.0);
-        let end = m.events.iter().rev().find(|(n, _)| *n == "REQUEST_END").map(|(_, t)| *t).unwrap_or(bounds.1);
-        let mut attributes = vec![
-            KeyValue::new("triton.model_name", m.model.to_string()),
-            KeyValue::new("triton.model_version", m.version),
-            KeyValue::new("triton.trace_id", m.id as i64),
-            KeyValue::new("triton.trace_parent_id", m.parent_id as i64),
-        ];
-        if !m.request_id.is_empty() {
-            attributes.push(KeyValue::new("triton.request_id", m.request_id.to_string()));
-        }
-        let mut span = tracer
-            .span_builder(m.model.to_string())
-            .with_kind(SpanKind::Server)
-            .with_start_time(wall(start))
-            .with_attributes(attributes)
-            .start_with_context(tracer, parent_cx);
-        for (name, at) in m.events.iter().filter(|(n, _)| REQUEST_POINTS.contains(n)) {
-            span.add_event_with_timestamp(*name, wall(*at), Vec::new());
-        }
-        let cx = parent_cx.with_span(span);
-        if m.children.is_empty() {
-            let compute: Vec<_> = m.events.iter().filter(|(n, _)| COMPUTE_POINTS.contains(n)).collect();
-            if let (Some(first), Some(last)) = (compute.first(), compute.last()) {
-                let mut span = tracer
-                    .span_builder("compute")
-                    .with_kind(SpanKind::Server)
-                    .with_start_time(wall(first.1))
-                    .start_with_context(tracer, &cx);
-                for (name, at) in &compute {
-                    span.add_event_with_timestamp(*name, wall(*at), Vec::new());
-                }
-                span.end_with_timestamp(wall(last.1));
-            }
-        }
-        for (model, child) in &m.children {
-            let events = child.events();
-            let sub = ModelSpan {
-                model,
-                version: child.version(),
-                id: next_id(),
-                parent_id: m.id,
-                request_id: m.request_id,
-                events: &events,
-                children: child.children(),
-            };
-            self.model_span(&cx, sub, (start, end), next_id);
-        }
-        cx.span().end_with_timestamp(wall(end));
+/// One model's span under `parent_cx`, its compute span and its composing models' spans.
+fn model_span(
+    tracer: &SdkTracer,
+    parent_cx: &Context,
+    m: ModelSpan<'_>,
+    bounds: (Instant, Instant),
+    next_id: &dyn Fn() -> u64,
+) {
+    let at = |name: &str| m.events.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+    let start = at("REQUEST_START").unwrap_or(bounds.0);
+    let end = m.events.iter().rev().find(|(n, _)| *n == "REQUEST_END").map(|(_, t)| *t).unwrap_or(bounds.1);
+    let mut attributes = vec![
+        KeyValue::new("triton.model_name", m.model.to_string()),
+        KeyValue::new("triton.model_version", m.version),
+        KeyValue::new("triton.trace_id", m.id as i64),
+        KeyValue::new("triton.trace_parent_id", m.parent_id as i64),
+    ];
+    if !m.request_id.is_empty() {
+        attributes.push(KeyValue::new("triton.request_id", m.request_id.to_string()));
     }
+    let mut span = tracer
+        .span_builder(m.model.to_string())
+        .with_kind(SpanKind::Server)
+        .with_start_time(wall(start))
+        .with_attributes(attributes)
+        .start_with_context(tracer, parent_cx);
+    for (name, at) in m.events.iter().filter(|(n, _)| REQUEST_POINTS.contains(n)) {
+        span.add_event_with_timestamp(*name, wall(*at), Vec::new());
+    }
+    let cx = parent_cx.with_span(span);
+    if m.children.is_empty() {
+        let compute: Vec<_> = m.events.iter().filter(|(n, _)| COMPUTE_POINTS.contains(n)).collect();
+        if let (Some(first), Some(last)) = (compute.first(), compute.last()) {
+            let mut span = tracer
+                .span_builder("compute")
+                .with_kind(SpanKind::Server)
+                .with_start_time(wall(first.1))
+                .start_with_context(tracer, &cx);
+            for (name, at) in &compute {
+                span.add_event_with_timestamp(*name, wall(*at), Vec::new());
+            }
+            span.end_with_timestamp(wall(last.1));
+        }
+    }
+    for (model, child) in &m.children {
+        let events = child.events();
+        let sub = ModelSpan {
+            model,
+            version: child.version(),
+            id: next_id(),
+            parent_id: m.id,
+            request_id: m.request_id,
+            events: &events,
+            children: child.children(),
+        };
+        model_span(tracer, &cx, sub, (start, end), next_id);
+    }
+    cx.span().end_with_timestamp(wall(end));
 }
 
 struct ModelSpan<'a> {
