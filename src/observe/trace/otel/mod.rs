@@ -165,3 +165,107 @@ struct ModelSpan<'a> {
     events: &'a [(&'static str, Instant)],
     children: Vec<(String, std::sync::Arc<Trace>)>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+    use parking_lot::Mutex;
+
+    use super::*;
+
+    /// Keeps every span it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Collect(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Collect {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().extend(batch);
+            Ok(())
+        }
+    }
+
+    fn attr(span: &SpanData, key: &str) -> Option<opentelemetry::Value> {
+        span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.clone())
+    }
+
+    #[test]
+    fn nested_ensembles_become_tritons_span_tree() {
+        let spans = Collect::default();
+        let provider = SdkTracerProvider::builder().with_simple_exporter(spans.clone()).build();
+        let tracer = provider.tracer("triton-server");
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // outer ensemble → [inner ensemble → [leaf]]; every level stamps its own points.
+        let outer = Arc::new(Trace::new());
+        for (name, us) in [("HTTP_RECV_START", 0), ("REQUEST_START", 10), ("QUEUE_START", 11), ("COMPUTE_START", 12)] {
+            outer.record_at(name, at(us));
+        }
+        let inner = outer.child("inner");
+        inner.set_version(2);
+        let leaf = inner.child("leaf");
+        leaf.set_version(7);
+        for (name, us) in [("REQUEST_START", 20), ("QUEUE_START", 21), ("REQUEST_END", 60)] {
+            inner.record_at(name, at(us));
+        }
+        for (name, us) in [
+            ("REQUEST_START", 30),
+            ("QUEUE_START", 31),
+            ("COMPUTE_START", 40),
+            ("COMPUTE_END", 50),
+            ("REQUEST_END", 55),
+        ] {
+            leaf.record_at(name, at(us));
+        }
+        outer.record_at("REQUEST_END", at(70));
+        outer.record_at("HTTP_SEND_END", at(80));
+        let parent = RemoteParent::from_headers(Some(b"00-0af7651916cd43dd8448eb211c12666c-b7ad6b7169242424-01"), None);
+        let finished = Finished {
+            id: 5,
+            model: "outer".into(),
+            version: 1,
+            request_id: "r".into(),
+            started: at(5),
+            ended: at(90),
+            parent: parent.map(Box::new),
+            events: Some(outer),
+        };
+        let next = std::sync::atomic::AtomicU64::new(100);
+        build(&tracer, finished, &|| next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let spans = spans.0.lock().clone();
+        let named = |n: &str| spans.iter().find(|s| s.name == n).unwrap_or_else(|| panic!("no span {n}"));
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        // The ensembles have no compute span; the leaf has one.
+        assert_eq!(spans.len(), 5, "{names:?}");
+        let (root, outer, inner, leaf, compute) =
+            (named("InferRequest"), named("outer"), named("inner"), named("leaf"), named("compute"));
+        assert_eq!(root.span_context.trace_id().to_string(), "0af7651916cd43dd8448eb211c12666c");
+        assert_eq!(root.parent_span_id.to_string(), "b7ad6b7169242424");
+        assert!(root.parent_span_is_remote);
+        for (child, parent) in [(outer, root), (inner, outer), (leaf, inner), (compute, leaf)] {
+            assert_eq!(child.parent_span_id, parent.span_context.span_id(), "{} under {}", child.name, parent.name);
+            assert_eq!(child.span_context.trace_id(), root.span_context.trace_id());
+        }
+        let events = |s: &SpanData| s.events.events.iter().map(|e| e.name.to_string()).collect::<Vec<_>>();
+        assert_eq!(events(root), ["HTTP_RECV_START", "HTTP_SEND_END"]);
+        assert_eq!(events(outer), ["REQUEST_START", "QUEUE_START", "REQUEST_END"]);
+        assert_eq!(events(compute), ["COMPUTE_START", "COMPUTE_END"]);
+        // Root from its first point to the end; model spans from REQUEST_START to REQUEST_END.
+        assert_eq!((root.start_time, root.end_time), (wall(at(0)), wall(at(90))));
+        assert_eq!((leaf.start_time, leaf.end_time), (wall(at(30)), wall(at(55))));
+        assert_eq!((compute.start_time, compute.end_time), (wall(at(40)), wall(at(50))));
+        // Triton's attributes: a child's parent id is its parent's trace id.
+        assert_eq!(attr(outer, "triton.trace_id"), Some(5i64.into()));
+        assert_eq!(attr(outer, "triton.trace_parent_id"), Some(0i64.into()));
+        assert_eq!(attr(inner, "triton.trace_id"), Some(100i64.into()));
+        assert_eq!(attr(inner, "triton.trace_parent_id"), Some(5i64.into()));
+        assert_eq!(attr(leaf, "triton.trace_parent_id"), Some(100i64.into()));
+        assert_eq!(attr(leaf, "triton.model_version"), Some(7i64.into()));
+        assert_eq!(attr(inner, "triton.model_name"), Some("inner".into()));
+        assert_eq!(attr(leaf, "triton.request_id"), Some("r".into()));
+        assert!(attr(root, "triton.model_name").is_none());
+    }
+}
