@@ -48,7 +48,15 @@ impl OtelConfig {
         match key {
             "url" => {
                 let url = value.trim();
-                if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "https://".len() {
+                if url.starts_with("https://") {
+                    // The exporter is built without a TLS stack; a collector's TLS is typically
+                    // terminated by a sidecar or agent on the node.
+                    return Err(format!(
+                        "--trace-config opentelemetry,url: https is not supported (OTLP over plain HTTP only), \
+                         got '{value}'"
+                    ));
+                }
+                if !url.starts_with("http://") || url.len() <= "http://".len() {
                     return Err(format!(
                         "--trace-config opentelemetry,url: expected an http:// URL of the OTLP/HTTP receiver \
                          (e.g. {DEFAULT_URL}), got '{value}'"
@@ -116,6 +124,7 @@ mod tests {
         c.check().unwrap();
         for (key, value, text) in [
             ("url", "collector:4318", "expected an http:// URL"),
+            ("url", "https://collector:4318/v1/traces", "https is not supported"),
             ("resource", "service.name", "expected <key>=<value>"),
             ("resource", "=x", "expected <key>=<value>"),
             ("bsp_max_queue_size", "0", "positive whole number"),
