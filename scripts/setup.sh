@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares what running and testing Tritium need, and nothing else:
 #   - the Python venv at .venv with tests/requirements.txt (onnxruntime, numpy, onnx, tokenizers,
-#     tritonclient, pytest, requests, and moto's S3 server with boto3 for the object-storage
-#     repository tests);
+#     tritonclient, pytest, requests, moto's S3 server with boto3 for the object-storage
+#     repository tests, opentelemetry-proto for the OTLP receiver of the trace tests);
 #   - the ONNX Runtime shared library that the `ort` crate loads, which onnxruntime's wheel carries
 #     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;
 #   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones,

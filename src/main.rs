@@ -50,7 +50,8 @@ fn init_observe(cli: &Cli) -> anyhow::Result<()> {
     };
     observe::trace::install(
         observe::trace::TraceConfig::from_flags(&cli.trace_config, &legacy).map_err(anyhow::Error::msg)?,
-    );
+    )
+    .map_err(anyhow::Error::msg)?;
     Ok(())
 }
 

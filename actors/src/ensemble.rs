@@ -20,6 +20,7 @@ use crate::histogram::{Histogram, LATENCY_US_BOUNDS};
 use crate::request::{InferRequest, Reply, RequestedOutput};
 use crate::stats::ComputeTimes;
 use crate::tensor::Tensor;
+use crate::trace;
 
 /// How many ensemble requests run at once (each holds one ensemble instance thread while its
 /// steps run in the composing models).
@@ -156,16 +157,28 @@ async fn run<R: Route>(
             }
             request.outputs =
                 step.outputs.iter().map(|(o, _)| RequestedOutput { name: o.clone(), class_count: 0 }).collect();
+            // A traced ensemble request traces each step as a child of its own trace.
+            let child = origin.and_then(|o| o.trace.as_ref()).map(|t| t.child(&step.model));
+            if let Some(c) = &child {
+                c.record(trace::REQUEST_START);
+            }
+            request.trace = child.clone();
             let (reply, rx) = Reply::once();
             router.submit(&step.model, step.version, request, reply).map_err(|e| step_error(plan, i, e))?;
             let queued = Instant::now();
-            running.push(async move { (i, queued, rx.await) });
+            running.push(async move { (i, queued, child, rx.await) });
         }
-        let Some((i, queued, answer)) = running.next().await else { break };
+        let Some((i, queued, child, answer)) = running.next().await else { break };
         figures.steps[i].1.record_us(queued.elapsed());
+        if let Some(c) = &child {
+            c.record(trace::REQUEST_END);
+        }
         let response = answer
             .map_err(|_| step_error(plan, i, Error::internal("the composing model dropped the request")))?
             .map_err(|e| step_error(plan, i, e))?;
+        if let Some(c) = &child {
+            c.set_version(response.version);
+        }
         if let Some(t) = response.times {
             *times += t;
         }

@@ -202,7 +202,11 @@ pub struct Cli {
     /// (or TENSORS, OFF), `rate=N` (trace every N-th request, default 1000), `count=N` (stop
     /// after N traces; -1 = never), `triton,file=<path>` (the JSON trace file) and
     /// `triton,log-frequency=N` (write every N traces to `<file>.<index>`; 0 = append each to
-    /// the file). The trace extension (`/v2/trace/setting`) changes all but the file.
+    /// the file). `mode=opentelemetry` exports spans over OTLP/HTTP instead, with
+    /// `opentelemetry,url=<url>` (default http://localhost:4318/v1/traces),
+    /// `opentelemetry,resource=<key>=<value>` and the batch settings `opentelemetry,bsp_max_queue_size=N`,
+    /// `opentelemetry,bsp_schedule_delay=<ms>`, `opentelemetry,bsp_max_export_batch_size=N`.
+    /// The trace extension (`/v2/trace/setting`) changes all but the file, the mode and these.
     #[arg(help_heading = "Tracing", long = "trace-config", action = ArgAction::Append)]
     pub trace_config: Vec<String>,
     /// Deprecated: `--trace-config triton,file=<path>`.

@@ -28,7 +28,7 @@ use tracing::Instrument as _;
 use tritium_actors::Error;
 
 use crate::frontends::request_log::request_span;
-use crate::observe::trace::TraceValue;
+use crate::observe::trace::{RemoteParent, TraceValue};
 use crate::observe::SettingValue;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -195,6 +195,7 @@ impl GrpcInferenceService for GrpcService {
             (request.metadata().get_all(crate::frontends::affinity::SEQUENCE_ID_HEADER).iter())
                 .map(|v| v.as_bytes().to_vec())
                 .collect();
+        let parent = RemoteParent::from_grpc(request.metadata());
         let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
         let header = crate::frontends::affinity::SEQUENCE_ID_HEADER;
         crate::frontends::affinity::check_sequence_header(&request, affinity.iter().map(|v| (header, v.as_slice())))
@@ -207,7 +208,7 @@ impl GrpcInferenceService for GrpcService {
                 request.model
             ))));
         }
-        let trace = crate::observe::trace::manager().sample(&request.model);
+        let trace = crate::observe::trace::manager().sample(&request.model, parent);
         if let Some(t) = &trace {
             // tonic has read the message before this handler runs: both points fall at its start.
             t.record_at("GRPC_WAITREAD_START", read);
@@ -230,6 +231,7 @@ impl GrpcInferenceService for GrpcService {
             let answer = answer.or_status().and_then(|(model, response)| {
                 if let Some(t) = &trace {
                     t.record("REQUEST_END");
+                    t.response_complete();
                     t.record("GRPC_SEND_START");
                 }
                 Ok((encode(&response, &requested, &shm_outputs, &model, None).or_status()?, model))
@@ -262,7 +264,8 @@ impl GrpcInferenceService for GrpcService {
             &mut forwarded,
         )
         .or_status()?;
-        Ok(Response::new(stream::start(self.server.clone(), request.into_inner(), forwarded)))
+        let parent = RemoteParent::from_grpc(request.metadata());
+        Ok(Response::new(stream::start(self.server.clone(), request.into_inner(), forwarded, parent)))
     }
 
     async fn model_config(

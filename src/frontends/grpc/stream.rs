@@ -21,7 +21,7 @@ use tritium_actors::{ParamValue, Reply};
 use super::lanes::{Lanes, Turn};
 use super::tensors::{decode, encode, Decoded};
 use crate::frontends::request_log::request_span;
-use crate::observe::trace::ActiveTrace;
+use crate::observe::trace::{ActiveTrace, RemoteParent};
 use crate::proto::inference::{ModelInferRequest, ModelStreamInferResponse};
 use crate::server::Server;
 
@@ -42,6 +42,7 @@ pub fn start(
     server: Arc<Server>,
     mut incoming: Streaming<ModelInferRequest>,
     forwarded: tritium_actors::Parameters,
+    parent: Option<RemoteParent>,
 ) -> ResponseStream {
     let (out_tx, out_rx) = mpsc::channel::<Result<ModelStreamInferResponse, Status>>(OUT_BUFFER);
     tokio::spawn(async move {
@@ -74,7 +75,7 @@ pub fn start(
             // Submitted here, in arrival order, so a sequence's requests reach the engine in the
             // order the client sent them; the answers are awaited concurrently, and a sequence's
             // turn in its lane (taken here, in the same order) keeps its answers in that order.
-            match submit(&server, request, &forwarded, &lanes) {
+            match submit(&server, request, &forwarded, parent.as_ref(), &lanes) {
                 (Outcome::Failed(message), None) => {
                     // Outside any sequence: nothing to keep in order, answered at once.
                     let _ = out_tx.send(Ok(error_response(message))).await;
@@ -93,7 +94,7 @@ pub fn start(
                             }
                         }
                         match outcome {
-                            Outcome::Running(running) => forward(running, &out).await,
+                            Outcome::Running(running) => forward(*running, &out).await,
                             Outcome::Failed(message) => {
                                 let _ = out.send(Ok(error_response(message))).await;
                             }
@@ -124,8 +125,8 @@ struct Running {
 
 /// What became of a request read off the stream.
 enum Outcome {
-    /// In the engine; its answers are to come.
-    Running(Running),
+    /// In the engine; its answers are to come (boxed: the other variant is small).
+    Running(Box<Running>),
     /// Refused before it reached the engine, with this message.
     Failed(String),
 }
@@ -136,10 +137,12 @@ fn submit(
     server: &Server,
     request: ModelInferRequest,
     forwarded: &tritium_actors::Parameters,
+    parent: Option<&RemoteParent>,
     lanes: &Lanes,
 ) -> (Outcome, Option<Turn>) {
     let read = std::time::Instant::now();
-    let trace = crate::observe::trace::manager().sample(&request.model_name);
+    // The stream's trace context (its metadata) is every request's parent.
+    let trace = crate::observe::trace::manager().sample(&request.model_name, parent.cloned());
     if let Some(t) = &trace {
         t.record_at("GRPC_WAITREAD_START", read);
         t.record_at("GRPC_WAITREAD_END", read);
@@ -163,7 +166,8 @@ fn submit(
     let (tx, rx) = mpsc::unbounded_channel();
     let outcome = match server.submit(request, Reply::Stream(tx)) {
         Ok(model) => {
-            Outcome::Running(Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace })
+            let running = Running { rx, model, requested, shm_outputs, empty_final, span: Some(span), trace };
+            Outcome::Running(Box::new(running))
         }
         Err(e) => {
             span.in_scope(|| tracing::debug!("gRPC stream infer request failed: {}", e.message));
@@ -195,6 +199,7 @@ async fn forward(mut running: Running, out: &mpsc::Sender<Result<ModelStreamInfe
             tracing::debug!("gRPC stream infer request answered");
             if let Some((t, _)) = &running.trace {
                 t.record("REQUEST_END");
+                t.response_complete();
             }
         }
         if decoupled && is_final && answer.outputs.is_empty() && !running.empty_final {

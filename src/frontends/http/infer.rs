@@ -52,7 +52,8 @@ pub async fn infer_model(
         .into());
     }
     // Sampled once the model is known to exist, as Triton does.
-    let trace = crate::observe::trace::manager().sample(&model);
+    let parent = crate::observe::trace::RemoteParent::from_http(req.headers());
+    let trace = crate::observe::trace::manager().sample(&model, parent);
     if let Some(t) = &trace {
         t.record_at("HTTP_RECV_START", recv_start);
     }
@@ -111,6 +112,7 @@ async fn run(
         state.server.infer(request).await.map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
     if let Some(t) = &trace {
         t.record("REQUEST_END");
+        t.response_complete();
     }
     let encoded = encode_response(&response, &requested, plan, model.handle.policy.batches(), &model.labels)?;
     let response = into_http(encoded);

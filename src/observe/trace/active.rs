@@ -8,7 +8,9 @@ use std::time::Instant;
 use tritium_actors::{InferRequest, Trace};
 
 use super::file::ns_of;
+use super::otel::{Finished, RemoteParent};
 use super::sampling::Setting;
+use super::settings::TraceMode;
 
 /// One sampled request's trace, on its way through the server.
 pub struct ActiveTrace {
@@ -17,6 +19,11 @@ pub struct ActiveTrace {
     pub(super) setting: Arc<Setting>,
     /// The timestamps; `None` when the level does not include TIMESTAMPS.
     pub(super) events: Option<Arc<Trace>>,
+    /// When it was sampled (the OpenTelemetry root span's start).
+    pub(super) started: Instant,
+    /// The client's span (OpenTelemetry mode, from a `traceparent`); boxed, as most traces
+    /// have none.
+    pub(super) parent: Option<Box<RemoteParent>>,
 }
 
 impl ActiveTrace {
@@ -27,6 +34,14 @@ impl ActiveTrace {
     pub fn record_at(&self, activity: &'static str, at: Instant) {
         if let Some(events) = &self.events {
             events.record_at(activity, at);
+        }
+    }
+
+    /// The engine's answer is complete: `INFER_RESPONSE_COMPLETE`, which Triton's
+    /// OpenTelemetry mode puts on the root span (its trace files do not have it).
+    pub fn response_complete(&self) {
+        if self.setting.config.mode == TraceMode::OpenTelemetry {
+            self.record("INFER_RESPONSE_COMPLETE");
         }
     }
 
@@ -51,10 +66,29 @@ impl ActiveTrace {
         out
     }
 
-    /// The response has gone: the trace is complete and goes to the file.
+    /// The response has gone: the trace is complete and goes to the file, or to the span
+    /// exporter in OpenTelemetry mode.
     pub fn finish(self, version: i64, request_id: &str) {
-        let record = self.record_json(version, request_id);
-        self.setting.write(record);
+        match self.setting.config.mode {
+            TraceMode::Triton => {
+                let record = self.record_json(version, request_id);
+                self.setting.write(record);
+            }
+            TraceMode::OpenTelemetry => {
+                if let Some(exporter) = &self.setting.sinks.otel {
+                    exporter.export(Finished {
+                        id: self.id,
+                        model: self.model,
+                        version,
+                        request_id: request_id.to_string(),
+                        started: self.started,
+                        ended: Instant::now(),
+                        parent: self.parent,
+                        events: self.events,
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -69,7 +103,7 @@ mod tests {
     #[test]
     fn records_are_tritons_objects_in_time_order() {
         let m = TraceManager::new(on("/tmp/never-written.json"));
-        let t = m.sample("add_sub").unwrap();
+        let t = m.sample("add_sub", None).unwrap();
         let start = Instant::now();
         t.record_at("REQUEST_END", start + Duration::from_micros(3));
         t.record_at("HTTP_RECV_START", start);

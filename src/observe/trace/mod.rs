@@ -14,6 +14,7 @@
 
 mod active;
 mod file;
+mod otel;
 mod sampling;
 mod settings;
 
@@ -25,10 +26,12 @@ use std::time::Duration;
 
 pub use active::ActiveTrace;
 use file::{clock_anchor, Writer};
+use otel::Exporter;
+pub use otel::RemoteParent;
 use parking_lot::Mutex;
 use sampling::Setting;
 use settings::{apply_changes, validate, Overrides};
-pub use settings::{LegacyTraceFlags, TraceConfig, TraceValue, TraceView};
+pub use settings::{LegacyTraceFlags, TraceConfig, TraceMode, TraceValue, TraceView};
 use tritium_actors::{Error, Result, Trace};
 
 struct State {
@@ -39,23 +42,50 @@ struct State {
     models: HashMap<String, (Overrides, Arc<Setting>)>,
 }
 
+/// Where finished traces go: the trace file's writer thread, and in OpenTelemetry mode the
+/// span exporter.
+struct Sinks {
+    file: Writer,
+    otel: Option<Exporter>,
+}
+
+/// Triton's trace ids: one counter for requests and the composing models' traces under them.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(super) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Relaxed)
+}
+
 /// The settings, the sampler and the writer.
 pub struct TraceManager {
     state: Mutex<State>,
     /// False while no setting can trace: then sampling is one atomic load.
     enabled: AtomicBool,
-    next_id: AtomicU64,
-    writer: Arc<Writer>,
+    sinks: Arc<Sinks>,
 }
 
 impl TraceManager {
+    /// A manager that writes trace files and exports nothing (see `start` for the exporter).
     pub fn new(defaults: TraceConfig) -> Self {
+        Self::with_exporter(defaults, None)
+    }
+
+    /// The manager for these startup settings, with the span exporter in OpenTelemetry mode.
+    pub fn start(defaults: TraceConfig) -> std::result::Result<Self, String> {
+        let exporter = match defaults.mode {
+            TraceMode::OpenTelemetry => Some(Exporter::start(&defaults.otel)?),
+            TraceMode::Triton => None,
+        };
+        Ok(Self::with_exporter(defaults, exporter))
+    }
+
+    fn with_exporter(defaults: TraceConfig, otel: Option<Exporter>) -> Self {
         clock_anchor();
-        let writer = Arc::new(Writer::default());
-        let global = Setting::new(defaults.clone(), writer.clone());
+        let sinks = Arc::new(Sinks { file: Writer::default(), otel });
+        let global = Setting::new(defaults.clone(), sinks.clone());
         let enabled = AtomicBool::new(global.can_trace());
         let state = State { defaults, global_overrides: Overrides::default(), global, models: HashMap::new() };
-        TraceManager { state: Mutex::new(state), enabled, next_id: AtomicU64::new(1), writer }
+        TraceManager { state: Mutex::new(state), enabled, sinks }
     }
 
     fn setting_of(&self, st: &State, model: Option<&str>) -> Arc<Setting> {
@@ -79,7 +109,7 @@ impl TraceManager {
         match model {
             None => {
                 let mut over = st.global_overrides.clone();
-                apply_changes(&mut over, changes)?;
+                apply_changes(&mut over, changes, st.defaults.mode)?;
                 let config = over.resolve(&st.defaults);
                 validate(&config)?;
                 // Models that set only some fields follow the global settings in the others.
@@ -92,22 +122,22 @@ impl TraceManager {
                     }
                 }
                 st.global_overrides = over;
-                st.global = Setting::new(config, self.writer.clone());
+                st.global = Setting::new(config, self.sinks.clone());
                 for (name, mc) in rebuilt {
                     if let Some(entry) = st.models.get_mut(&name) {
-                        entry.1 = Setting::new(mc, self.writer.clone());
+                        entry.1 = Setting::new(mc, self.sinks.clone());
                     }
                 }
             }
             Some(name) => {
                 let mut over = st.models.get(name).map(|(o, _)| o.clone()).unwrap_or_default();
-                apply_changes(&mut over, changes)?;
+                apply_changes(&mut over, changes, st.defaults.mode)?;
                 if over.is_empty() {
                     st.models.remove(name);
                 } else {
                     let config = over.resolve(&st.global.config);
                     validate(&config)?;
-                    let setting = Setting::new(config, self.writer.clone());
+                    let setting = Setting::new(config, self.sinks.clone());
                     st.models.insert(name.to_string(), (over, setting));
                 }
             }
@@ -117,8 +147,10 @@ impl TraceManager {
         Ok(self.setting_of(&st, model).view())
     }
 
-    /// A trace for this request of `model`, when the sampler picks it.
-    pub fn sample(&self, model: &str) -> Option<ActiveTrace> {
+    /// A trace for this request of `model`, when the sampler picks it. In OpenTelemetry mode a
+    /// request that carries a client's trace context (`parent`) is traced whatever the rate and
+    /// count, as Triton does.
+    pub fn sample(&self, model: &str, parent: Option<RemoteParent>) -> Option<ActiveTrace> {
         if !self.enabled.load(Relaxed) {
             return None;
         }
@@ -126,11 +158,20 @@ impl TraceManager {
             let st = self.state.lock();
             self.setting_of(&st, Some(model))
         };
-        if !setting.sample() {
+        let propagated = parent.is_some() && setting.config.mode == TraceMode::OpenTelemetry && setting.can_trace();
+        if !propagated && !setting.sample() {
             return None;
         }
         let events = setting.config.level.timestamps.then(|| Arc::new(Trace::new()));
-        Some(ActiveTrace { id: self.next_id.fetch_add(1, Relaxed), model: model.to_string(), setting, events })
+        let parent = parent.filter(|_| setting.config.mode == TraceMode::OpenTelemetry).map(Box::new);
+        Some(ActiveTrace {
+            id: next_id(),
+            model: model.to_string(),
+            setting,
+            events,
+            started: std::time::Instant::now(),
+            parent,
+        })
     }
 
     /// Writes what is still buffered and waits (a little) until the writer has written it.
@@ -142,15 +183,20 @@ impl TraceManager {
                 s.flush();
             }
         }
-        self.writer.sync(Duration::from_secs(5));
+        self.sinks.file.sync(Duration::from_secs(5));
+        if let Some(exporter) = &self.sinks.otel {
+            exporter.shutdown(Duration::from_secs(5));
+        }
     }
 }
 
 static MANAGER: OnceLock<TraceManager> = OnceLock::new();
 
-/// Sets the startup settings; call once, before serving.
-pub fn install(defaults: TraceConfig) {
-    let _ = MANAGER.set(TraceManager::new(defaults));
+/// Sets the startup settings (and starts the span exporter in OpenTelemetry mode); call once,
+/// before serving.
+pub fn install(defaults: TraceConfig) -> std::result::Result<(), String> {
+    let _ = MANAGER.set(TraceManager::start(defaults)?);
+    Ok(())
 }
 
 /// The process's trace manager (tracing off when `install` was not called).
@@ -231,10 +277,10 @@ mod tests {
     #[test]
     fn samples_every_rate_th_request_until_count() {
         let m = TraceManager::new(TraceConfig { rate: 3, count: 2, ..on("/tmp/never-written.json") });
-        let picked: Vec<bool> = (0..12).map(|_| m.sample("m").map(drop).is_some()).collect();
+        let picked: Vec<bool> = (0..12).map(|_| m.sample("m", None).map(drop).is_some()).collect();
         let expected = [false, false, true, false, false, true, false, false, false, false, false, false];
         assert_eq!(picked, expected);
         assert_eq!(m.view(None).count, 0);
-        assert!(TraceManager::new(TraceConfig::default()).sample("m").is_none());
+        assert!(TraceManager::new(TraceConfig::default()).sample("m", None).is_none());
     }
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::file::{WriteMsg, Writer};
+use super::file::WriteMsg;
 use super::settings::{TraceConfig, TraceView};
+use super::Sinks;
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -24,13 +25,13 @@ struct Counters {
 pub(super) struct Setting {
     pub(super) config: TraceConfig,
     counters: Mutex<Counters>,
-    writer: Arc<Writer>,
+    pub(super) sinks: Arc<Sinks>,
 }
 
 impl Setting {
-    pub(super) fn new(config: TraceConfig, writer: Arc<Writer>) -> Arc<Self> {
+    pub(super) fn new(config: TraceConfig, sinks: Arc<Sinks>) -> Arc<Self> {
         let counters = Counters { remaining: config.count, ..Counters::default() };
-        Arc::new(Setting { config, counters: Mutex::new(counters), writer })
+        Arc::new(Setting { config, counters: Mutex::new(counters), sinks })
     }
 
     pub(super) fn can_trace(&self) -> bool {
@@ -42,7 +43,8 @@ impl Setting {
             return false;
         }
         let mut c = self.counters.lock();
-        if c.remaining == 0 {
+        // Rate 0 (OpenTelemetry mode): only requests with a client's trace context are traced.
+        if c.remaining == 0 || self.config.rate == 0 {
             return false;
         }
         c.seen += 1;
@@ -59,7 +61,7 @@ impl Setting {
     pub(super) fn write(&self, record: String) {
         let every = self.config.log_frequency as usize;
         if every == 0 {
-            self.writer.send(WriteMsg::Append { path: self.config.file.clone(), json: record });
+            self.sinks.file.send(WriteMsg::Append { path: self.config.file.clone(), json: record });
             return;
         }
         let mut c = self.counters.lock();
@@ -69,14 +71,14 @@ impl Setting {
         if c.pending.len() >= every || (c.remaining == 0 && c.collected == c.created) {
             let group = std::mem::take(&mut c.pending);
             drop(c);
-            self.writer.send(WriteMsg::Indexed { path: self.config.file.clone(), json: group.join(",") });
+            self.sinks.file.send(WriteMsg::Indexed { path: self.config.file.clone(), json: group.join(",") });
         }
     }
 
     pub(super) fn flush(&self) {
         let group = std::mem::take(&mut self.counters.lock().pending);
         if !group.is_empty() {
-            self.writer.send(WriteMsg::Indexed { path: self.config.file.clone(), json: group.join(",") });
+            self.sinks.file.send(WriteMsg::Indexed { path: self.config.file.clone(), json: group.join(",") });
         }
     }
 
@@ -88,6 +90,7 @@ impl Setting {
             count: self.counters.lock().remaining,
             log_frequency: c.log_frequency,
             file: c.file.clone(),
+            mode: c.mode,
         }
     }
 }

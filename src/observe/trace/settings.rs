@@ -4,6 +4,33 @@
 
 use tritium_actors::{Error, Result};
 
+use super::otel::OtelConfig;
+
+/// Where traces go: Triton's JSON trace file, or spans exported over OTLP (a startup flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceMode {
+    #[default]
+    Triton,
+    OpenTelemetry,
+}
+
+impl TraceMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceMode::Triton => "triton",
+            TraceMode::OpenTelemetry => "opentelemetry",
+        }
+    }
+
+    fn parse(value: &str) -> Option<TraceMode> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "triton" => Some(TraceMode::Triton),
+            "opentelemetry" => Some(TraceMode::OpenTelemetry),
+            _ => None,
+        }
+    }
+}
+
 /// Which details a trace collects; neither is `OFF`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TraceLevel {
@@ -61,12 +88,23 @@ pub struct TraceConfig {
     /// Write every N traces to `<file>.<index>`; 0 = append each to `file`.
     pub log_frequency: u32,
     pub file: String,
+    pub mode: TraceMode,
+    /// The exporter's settings (used in OpenTelemetry mode).
+    pub otel: OtelConfig,
 }
 
 impl Default for TraceConfig {
-    /// Triton's defaults: off, every 1000th request, no limit, one file.
+    /// Triton's defaults: off, every 1000th request, no limit, one file, Triton's mode.
     fn default() -> Self {
-        TraceConfig { level: TraceLevel::default(), rate: 1000, count: -1, log_frequency: 0, file: String::new() }
+        TraceConfig {
+            level: TraceLevel::default(),
+            rate: 1000,
+            count: -1,
+            log_frequency: 0,
+            file: String::new(),
+            mode: TraceMode::default(),
+            otel: OtelConfig::default(),
+        }
     }
 }
 
@@ -106,17 +144,22 @@ impl TraceConfig {
                 }
                 _ => (None, setting.as_str()),
             };
+            let (key, value) = pair.split_once('=').ok_or_else(|| {
+                format!("--trace-config '{setting}': expected [triton,|opentelemetry,]<setting>=<value>")
+            })?;
+            let (key, value) = (key.trim(), value.trim());
             match mode {
                 None | Some("triton") => {}
                 Some("opentelemetry") => {
-                    return Err("--trace-config: the opentelemetry trace mode is not supported".into())
+                    c.otel.set(key, value)?;
+                    continue;
                 }
-                Some(other) => return Err(format!("--trace-config: unknown trace mode '{other}' (expected triton)")),
+                Some(other) => {
+                    return Err(format!(
+                        "--trace-config: unknown trace mode '{other}' (expected triton or opentelemetry)"
+                    ))
+                }
             }
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("--trace-config '{setting}': expected [triton,]<setting>=<value>"))?;
-            let (key, value) = (key.trim(), value.trim());
             match key {
                 "file" => c.file = value.to_string(),
                 "log-frequency" | "log_frequency" => c.log_frequency = flag_number(key, value)?,
@@ -133,8 +176,11 @@ impl TraceConfig {
                     }
                     levels.push(value.to_string());
                 }
-                "mode" if value.eq_ignore_ascii_case("triton") => {}
-                "mode" => return Err(format!("--trace-config mode: only 'triton' is supported, got '{value}'")),
+                "mode" => {
+                    c.mode = TraceMode::parse(value).ok_or_else(|| {
+                        format!("--trace-config mode: expected 'triton' or 'opentelemetry', got '{value}'")
+                    })?
+                }
                 other => return Err(format!("--trace-config: unknown setting '{other}'")),
             }
         }
@@ -147,6 +193,7 @@ impl TraceConfig {
                 TraceLevel::parse(&on).map_err(|e| format!("--trace-config level: {}", e.message))?
             };
         }
+        c.otel.check()?;
         Ok(c)
     }
 
@@ -154,9 +201,10 @@ impl TraceConfig {
     pub(super) fn invalid_reason(&self) -> Option<&'static str> {
         if self.level.is_off() {
             None
-        } else if self.rate == 0 {
+        } else if self.rate == 0 && self.mode == TraceMode::Triton {
+            // OpenTelemetry mode takes rate 0: only requests that carry a client's trace context.
             Some("sample rate must be non-zero")
-        } else if self.file.is_empty() {
+        } else if self.file.is_empty() && self.mode == TraceMode::Triton {
             Some("trace file name is not given")
         } else if self.count == 0 {
             Some("trace count must not be zero")
@@ -184,6 +232,8 @@ impl Overrides {
             count: self.count.unwrap_or(base.count),
             log_frequency: self.log_frequency.unwrap_or(base.log_frequency),
             file: base.file.clone(),
+            mode: base.mode,
+            otel: base.otel.clone(),
         }
     }
 
@@ -235,7 +285,7 @@ fn single<'a>(key: &str, values: &'a [String]) -> Result<&'a str> {
 const KEYS: &str = "trace_level, trace_rate, trace_count, log_frequency";
 
 /// Applies a request's changes to `over`; nothing is applied when one is bad.
-pub(super) fn apply_changes(over: &mut Overrides, changes: &[(String, TraceValue)]) -> Result<()> {
+pub(super) fn apply_changes(over: &mut Overrides, changes: &[(String, TraceValue)], mode: TraceMode) -> Result<()> {
     let mut next = over.clone();
     for (key, value) in changes {
         let values = match value {
@@ -250,8 +300,13 @@ pub(super) fn apply_changes(over: &mut Overrides, changes: &[(String, TraceValue
             }
             "trace_mode" => match values {
                 None => {}
-                Some(v) if single(key, v)?.eq_ignore_ascii_case("triton") => {}
-                Some(_) => return Err(Error::unsupported("only the 'triton' trace mode is supported")),
+                Some(v) if TraceMode::parse(single(key, v)?) == Some(mode) => {}
+                Some(_) => {
+                    return Err(Error::unsupported(format!(
+                        "the trace mode is a startup flag (--trace-config mode=...); this server runs '{}'",
+                        mode.name()
+                    )))
+                }
             },
             "trace_level" => next.level = values.map(TraceLevel::parse).transpose()?,
             "trace_rate" => {
@@ -300,6 +355,7 @@ pub struct TraceView {
     pub count: i32,
     pub log_frequency: u32,
     pub file: String,
+    pub mode: TraceMode,
 }
 
 impl TraceView {
@@ -311,7 +367,7 @@ impl TraceView {
             ("trace_rate", vec![self.rate.to_string()]),
             ("trace_count", vec![self.count.to_string()]),
             ("log_frequency", vec![self.log_frequency.to_string()]),
-            ("trace_mode", vec!["triton".into()]),
+            ("trace_mode", vec![self.mode.name().into()]),
         ]
     }
 }
@@ -342,7 +398,9 @@ mod tests {
                 rate: 1,
                 count: -1,
                 log_frequency: 5,
-                file: "/tmp/t.json".into()
+                file: "/tmp/t.json".into(),
+                mode: TraceMode::Triton,
+                otel: OtelConfig::default(),
             }
         );
         let legacy = LegacyTraceFlags {
@@ -353,8 +411,55 @@ mod tests {
         };
         let c = TraceConfig::from_flags(&[], &legacy).unwrap();
         assert!(c.level.timestamps && c.level.tensors && c.rate == 7 && c.file == "/x");
-        for bad in ["rate=x", "level=LOUD", "opentelemetry,url=http://x", "count=-2", "colour=blue", "rate"] {
+        for bad in ["rate=x", "level=LOUD", "count=-2", "colour=blue", "rate", "mode=zipkin", "jaeger,url=http://x"] {
             assert!(TraceConfig::from_flags(&s(&[bad]), &LegacyTraceFlags::default()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn opentelemetry_mode_takes_tritons_keys_and_needs_no_file() {
+        let flags = s(&[
+            "mode=opentelemetry",
+            "opentelemetry,url=http://127.0.0.1:4318/v1/traces",
+            "opentelemetry,resource=service.name=test_triton",
+            "opentelemetry,resource=test.key=test.value",
+            "opentelemetry,bsp_schedule_delay=100",
+            "level=TIMESTAMPS",
+            "rate=0",
+        ]);
+        let c = TraceConfig::from_flags(&flags, &LegacyTraceFlags::default()).unwrap();
+        assert_eq!(c.mode, TraceMode::OpenTelemetry);
+        assert_eq!(c.otel.url, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(c.otel.resource.len(), 2);
+        assert_eq!(c.otel.bsp_schedule_delay, Some(std::time::Duration::from_millis(100)));
+        // No trace file, and rate 0 (trace only requests with a client's context): both valid.
+        assert_eq!(c.invalid_reason(), None);
+        assert_eq!(
+            TraceConfig { mode: TraceMode::Triton, ..c.clone() }.invalid_reason(),
+            Some("sample rate must be non-zero")
+        );
+        for bad in [
+            "opentelemetry,url=localhost:4318",
+            "opentelemetry,rate=1",
+            "opentelemetry,resource=novalue",
+            "opentelemetry,bsp_max_queue_size=-1",
+        ] {
+            let e =
+                TraceConfig::from_flags(&s(&["mode=opentelemetry", bad]), &LegacyTraceFlags::default()).unwrap_err();
+            assert!(e.contains("opentelemetry"), "{bad}: {e}");
+        }
+        let e = TraceConfig::from_flags(
+            &s(&["opentelemetry,bsp_max_queue_size=8", "opentelemetry,bsp_max_export_batch_size=9"]),
+            &LegacyTraceFlags::default(),
+        )
+        .unwrap_err();
+        assert!(e.contains("must not be more than"), "{e}");
+        // The mode is reported by the extension and cannot be changed there.
+        let mut over = Overrides::default();
+        let same = [("trace_mode".to_string(), TraceValue::Values(s(&["OPENTELEMETRY"])))];
+        apply_changes(&mut over, &same, TraceMode::OpenTelemetry).unwrap();
+        let other = [("trace_mode".to_string(), TraceValue::Values(s(&["triton"])))];
+        let e = apply_changes(&mut over, &other, TraceMode::OpenTelemetry).unwrap_err();
+        assert_eq!(e.kind, tritium_actors::ErrorKind::Unsupported);
     }
 }
