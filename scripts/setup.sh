@@ -2,7 +2,8 @@
 # Prepares what running and testing Tritium need, and nothing else:
 #   - the Python venv at .venv with tests/requirements.txt (onnxruntime, numpy, onnx, tokenizers,
 #     tritonclient, pytest, requests, moto's S3 server with boto3 for the object-storage
-#     repository tests, opentelemetry-proto for the OTLP receiver of the trace tests);
+#     repository tests, opentelemetry-proto for the OTLP receiver of the trace tests, selenium
+#     for the actor page's browser test);
 #   - the ONNX Runtime shared library that the `ort` crate loads, which onnxruntime's wheel carries
 #     at .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1;
 #   - the bundled models' .onnx files (model_repository/generate.py writes the missing ones,
@@ -23,8 +24,8 @@
 #     reference tritonserver) in its own venv at .pytriton/venv, with numpy<2 for the stub (its
 #     pybind11 predates numpy 2), and the Python 3.11 stub copied beside libtriton_python.so
 #     (scripts/setup.sh prints the backend directory; Tritium uses it by default);
-#   - Debian's chromium for the headless-browser test of the actor page
-#     (scripts/install_chromium.sh; skipped when `chromium` is on PATH).
+#   - Debian's chromium and chromium-driver for the browser tests of the actor page
+#     (scripts/install_chromium.sh; skipped when `chromium` and `chromedriver` are on PATH).
 # Idempotent and quiet: when everything is in place it only checks, in well under a second.
 # PYTHON picks the interpreter (default python3.11).
 set -euo pipefail
@@ -94,5 +95,5 @@ if [ ! -x "$PT_BACKEND/triton_python_backend_stub" ]; then
 fi
 [ -f "$PT_BACKEND/libtriton_python.so" ] || { echo "setup.sh: $PT_BACKEND/libtriton_python.so is missing after installing nvidia-pytriton==$PYTRITON_VERSION" >&2; exit 1; }
 
-# The headless browser of tests/test_actors_page.py (skipped when already installed).
-command -v chromium >/dev/null 2>&1 || bash "$REPO/scripts/install_chromium.sh"
+# The headless browser and its driver of tests/test_actors_page*.py (skipped when installed).
+{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || bash "$REPO/scripts/install_chromium.sh"
