@@ -32,10 +32,11 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scrip
 
 
 def dump_dom(srv) -> str:
-    """The page as headless chromium leaves it after 4 s of its (virtual) time: a few polls."""
+    """The page as headless chromium leaves it after 4 s of its (virtual) time: a few polls (with
+    `?follow=poll`: virtual time never runs out while the default event stream is open)."""
     out = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--virtual-time-budget=4000", "--dump-dom", f"http://127.0.0.1:{srv.metrics_port}/actors"],
+         "--virtual-time-budget=4000", "--dump-dom", f"http://127.0.0.1:{srv.metrics_port}/actors?follow=poll"],
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
@@ -233,7 +234,8 @@ def test_the_page_is_served_whole_from_the_binary(srv):
         assert r.status_code == 200 and r.headers["Content-Type"].startswith(kind), (path, r.headers)
         assert not re.search(r"https?://", r.text), f"{path} must not load anything from elsewhere"
     js = requests.get(f"{base}/actors/page.js", timeout=10).text
-    assert 'fetch("/v2/actors"' in js and "fetch(url" in js, "polls the tree and the table"
+    assert 'new EventSource("/v2/actors/events")' in js, "follows the tree's events"
+    assert 'fetch("/v2/actors"' in js and "fetch(url" in js, "polls the tree (?follow=poll) and the table"
     assert not re.search(r"(src|href)=\"(https?:)?//", page.text)
 
 

@@ -180,6 +180,12 @@ def test_the_page_follows_live_load_then_matches_the_endpoint_and_metrics(browse
         assert later > first
         live_table = table(browser)
         load.stop()
+    # It followed the event stream (still open, so in no list of finished requests), not polls of
+    # the tree: /v2/actors was never fetched, yet the tree was redrawn under load.
+    assert browser.execute_script("return document.body.dataset.follow") == "events"
+    asked = browser.execute_script(
+        "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)")
+    assert "/v2/actors" not in asked and "/v2/actors/conversations" in asked, asked
     sent = sum(load.sent)
 
     # Quiet now: the page's numbers settle on the endpoint's, which are /metrics' numbers.

@@ -1,8 +1,12 @@
-// The live actor tree: polls /v2/actors every second and redraws it, and with it one page of a
-// sequence model's live conversations from /v2/actors/conversations. No libraries.
+// The live actor tree: follows /v2/actors/events (one tree a second, server-sent events) and
+// redraws it with each, and with it one page of a sequence model's live conversations from
+// /v2/actors/conversations. `/actors?follow=poll` polls /v2/actors every second instead (for a
+// client without EventSource, or a headless browser's virtual time, which never ends while a
+// stream is open). No libraries.
 "use strict";
 
 const POLL_MS = 1000;
+const FOLLOW = new URLSearchParams(location.search).get("follow") === "poll" ? "poll" : "events";
 const tree = document.getElementById("tree");
 const statusLine = document.getElementById("status");
 const filter = document.getElementById("filter");
@@ -233,22 +237,49 @@ function render() {
   tree.setAttribute("data-timestamp", String(last.timestamp_ms));
 }
 
+function shown(body) {
+  last = body;
+  render();
+  statusLine.className = "status";
+  statusLine.textContent = `${body.models.length} model versions, updated ${new Date(body.timestamp_ms).toLocaleTimeString()}`
+    + (FOLLOW === "events" ? " (live)" : "");
+}
+
+function unreachable(message) {
+  statusLine.className = "status error";
+  statusLine.textContent = "cannot reach the actors: " + message;
+}
+
 async function poll() {
   try {
     const r = await fetch("/v2/actors", { cache: "no-store" });
     const body = await r.json();
     if (!r.ok) throw new Error(body.error || r.statusText);
-    last = body;
-    render();
-    statusLine.className = "status";
-    statusLine.textContent = `${body.models.length} model versions, updated ${new Date(body.timestamp_ms).toLocaleTimeString()}`;
+    shown(body);
     await pollConversations();
   } catch (e) {
-    statusLine.className = "status error";
-    statusLine.textContent = "cannot reach the actors: " + e.message;
+    unreachable(e.message);
   }
   setTimeout(poll, POLL_MS);
 }
 
+// With each tree event, the conversations' page is asked again, unless the last ask is still out.
+let asking = false;
+function follow() {
+  const events = new EventSource("/v2/actors/events");
+  events.addEventListener("tree", (e) => {
+    shown(JSON.parse(e.data));
+    if (asking) return;
+    asking = true;
+    pollConversations().catch((err) => {
+      conv.range.textContent = "cannot read /v2/actors/conversations: " + err.message;
+      conv.range.className = "alert";
+    }).finally(() => { asking = false; });
+  });
+  // The connection dropped: EventSource reconnects by itself.
+  events.addEventListener("error", () => unreachable("the event stream dropped; reconnecting"));
+}
+
 filter.addEventListener("input", render);
-poll();
+document.body.setAttribute("data-follow", FOLLOW);
+if (FOLLOW === "events") follow(); else poll();
