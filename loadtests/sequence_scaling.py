@@ -20,6 +20,7 @@ Results: loadtests/out/sequence_scaling-<time>/summary.{md,json}.
 import argparse
 import os
 import sys
+import time
 
 import common
 from common import PAError, median, spread
@@ -54,6 +55,7 @@ def main():
                                      log_name=f"server-{label}-{pair + 1}.log", prefix="scal-") as srv:
                 for model, conc, extra in loads:
                     name = f"pair{pair + 1}-{label}-{model}-c{conc}"
+                    cpu0, pa0, t0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s(), time.monotonic()
                     try:
                         r = common.run_pa(args.perf_analyzer, model, srv.url("grpc"), "grpc", conc,
                                           os.path.join(out_dir, name + ".csv"), os.path.join(out_dir, name + ".log"),
@@ -63,9 +65,13 @@ def main():
                         print(f"FAILED {name}: {e}", flush=True)
                         failures.append({"run": name, "error": str(e)})
                         continue
-                    r.update(pair=pair + 1, build=label, model=model)
+                    wall = time.monotonic() - t0
+                    r.update(pair=pair + 1, build=label, model=model,
+                             server_cores=(common.tree_cpu_s(srv.proc.pid) - cpu0) / wall,
+                             client_cores=(common.children_cpu_s() - pa0) / wall)
                     results.append(r)
                     print(f"{name:>44}: {r['infer_per_s']:>8.1f} infer/s  p99 {r['p99_us']:>9} µs  "
+                          f"cores server {r['server_cores']:.2f} client {r['client_cores']:.2f}  "
                           f"end-of-run errors {len(r.get('teardown_errors', []))}", flush=True)
 
     def get(pair, build, model, conc):
@@ -99,6 +105,26 @@ def main():
             lines.append(f"| {model} gRPC c{conc} ÷ c{counts[0]} | {median(row['old']):.2f} ({spread(row['old'])}) | "
                          f"{median(row['new']):.2f} ({spread(row['new'])}) | {spread(tps['old'])} | "
                          f"{spread(tps['new'])} |")
+    # The turn's cost itself: CPU per inference of the server and of perf_analyzer (rusage over the
+    # whole run, so a slow ramp counts too), and the server's at each count ÷ at the first count.
+    lines += ["", "CPU µs per inference (server / perf_analyzer), median over the pairs; the server's at the "
+              "count ÷ at the model's first count:", "",
+              "| load | old | new | new server ratio |", "| --- | --- | --- | --- |"]
+    for model in (ACC, STATELESS):
+        counts = [c for m, c, _ in loads if m == model]
+        first = {}
+        for conc in counts:
+            cells, new_server = [], None
+            for build in ("old", "new"):
+                rs = [r for r in results if (r["build"], r["model"], r["concurrency"]) == (build, model, conc)]
+                server = [r["server_cores"] * 1e6 / r["infer_per_s"] for r in rs if r["infer_per_s"]]
+                client = [r["client_cores"] * 1e6 / r["infer_per_s"] for r in rs if r["infer_per_s"]]
+                cells.append(f"{median(server):.0f} / {median(client):.0f}" if server else "-")
+                if build == "new" and server:
+                    new_server = median(server)
+            first.setdefault(model, new_server)
+            ratio = f"{new_server / first[model]:.2f}" if new_server and first[model] else "-"
+            lines.append(f"| {model} c{conc} | {cells[0]} | {cells[1]} | {ratio} |")
     common.write_summary(out_dir, {"header": header, "ratios": ratios, "results": results, "failures": failures},
                          lines)
     if failures:
