@@ -3,9 +3,11 @@ with a copy of `accumulate_oldest` whose sequence batching is sized for the run.
 
 The bundled config keeps 1,024 candidate sequences and releases a sequence after 5 s idle; a run
 of N live conversations whose think time is N / rate seconds needs max_candidate_sequences >= N
-and an idle timeout above the think time, so the copy gets max_candidate_sequences = N_max + 1
-(the baseline conversation) and --idle-s (default 30). Each (conversations, protocol) point runs
-on fresh sequence ids; the last one also waits for the idle timeout to reclaim every conversation.
+and an idle timeout above the think time. Each (conversations, protocol) point runs on fresh
+sequence ids, and earlier points' conversations stay live until the idle timeout, so the copy gets
+max_candidate_sequences = the sum of every point's conversations (each with its baseline
+conversation, and the probe's) and --idle-s (default 30); the last point also waits for the idle
+timeout to reclaim every conversation.
 
   .venv/bin/python loadtests/chat_load.py --server target/debug/tritium \\
       --chatload target/debug/chatload --conversations 1000,10000 --duration 20 --reclaim
@@ -44,6 +46,8 @@ def main():
     ap.add_argument("--grpc-connections", type=int, default=2)
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--idle-s", type=float, default=30)
+    ap.add_argument("--queue-delay-us", type=int, default=None,
+                    help="the oldest strategy's max_queue_delay_microseconds (bundled: 2000)")
     ap.add_argument("--reclaim", action="store_true", help="wait for the idle reclaim after the last point")
     args = ap.parse_args()
 
@@ -52,10 +56,19 @@ def main():
     out = os.path.join(common.DEFAULT_OUT, time.strftime("chat-load-%Y%m%d-%H%M%S"))
     os.makedirs(out)
 
+    # Each point runs on fresh sequence ids, and an earlier point's conversations stay live until the
+    # idle timeout: the candidates must hold all of them at once. Sized for the largest point alone,
+    # a later point's newest conversations waited in the backlog until earlier ones expired (turns
+    # stalled for about the idle timeout, which looked like a server stall at 10,000).
+    candidates = sum(n + 1 for n in counts for _ in protocols) + (1001 if args.rate <= 0 else 0) + 1
+
     def edit(repo):
         cfg = os.path.join(repo, "accumulate_oldest", "config.pbtxt")
         text = open(cfg).read()
-        text = re.sub(r"max_candidate_sequences: \d+", f"max_candidate_sequences: {max(counts) + 1}", text)
+        text = re.sub(r"max_candidate_sequences: \d+", f"max_candidate_sequences: {candidates}", text)
+        if args.queue_delay_us is not None:
+            text = re.sub(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {args.queue_delay_us}",
+                          text)
         text = re.sub(r"max_sequence_idle_microseconds: \d+",
                       f"max_sequence_idle_microseconds: {int(args.idle_s * 1e6)}", text)
         open(cfg, "w").write(text)
