@@ -57,6 +57,10 @@ pub struct HostRequest {
     /// The model's implicit state outputs (`sequence_batching.state` output names); `None`
     /// when it has no state configuration.
     pub state_outputs: Option<Vec<String>>,
+    /// Set by the host once the request's client has gone; the backend reads it through
+    /// `TRITONBACKEND_RequestIsCancelled` / `ResponseFactoryIsCancelled`, also while its
+    /// `execute` is still running.
+    pub cancel: Arc<AtomicBool>,
 }
 
 /// An error from the backend or the host: Triton's code and message.
@@ -285,7 +289,7 @@ impl LoadedInstance {
         let mut raw: Vec<*mut Request> = Vec::with_capacity(requests.len());
         for mut r in requests {
             let (tx, rx) = channel();
-            let cancel = Arc::new(AtomicBool::new(false));
+            let cancel = r.cancel.clone();
             let states = States::new(&r.model, r.state_outputs.take());
             raw.push(Box::into_raw(Box::new(Request::new(r, Arc::new(Sink::new(tx, cancel.clone(), states))))));
             pending.push(Pending { events: rx, cancel });
