@@ -14,7 +14,9 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InstanceKind, InstanceSpec, Result, Tensor};
+use tritium_actors::{
+    Backend, BackendFactory, BackendReport, BatchInput, Error, InstanceKind, InstanceSpec, Result, Tensor,
+};
 use tritium_ffi::backend_api::{self as host, abi, HostEvent, LoadedInstance, LoadedModel};
 
 use crate::config::ModelConfig;
@@ -172,6 +174,7 @@ impl BackendFactory for TritonFactory {
             outputs: self.outputs.clone(),
             states: self.states.clone(),
             failure: None,
+            report: None,
         }))
     }
 }
@@ -188,6 +191,8 @@ pub struct TritonInstance {
     states: Option<Vec<String>>,
     /// The first failure since the last health check.
     failure: Option<Error>,
+    /// What the backend reported of the last execution's statistics.
+    report: Option<BackendReport>,
 }
 
 impl TritonInstance {
@@ -224,13 +229,18 @@ impl TritonInstance {
         };
         let watch = (!batch.cancelled.is_empty()).then_some(&watch as &dyn Fn());
         let mut failures = Vec::with_capacity(pending.len());
+        let mut report = BackendReport::default();
         for (index, (p, deadline)) in pending.into_iter().zip(deadlines).enumerate() {
             let failure = self.responses(index, &p, deadline, watch, emit);
             if let Some(e) = &failure {
                 self.failure.get_or_insert(e.clone());
             }
             failures.push(failure);
+            let own = *p.report.lock().unwrap_or_else(|e| e.into_inner());
+            report.requests.push(own.map(|r| (r.success, convert::times(&r))));
         }
+        report.batches = self.instance.take_batch_reports().iter().map(|r| (r.batch_size, convert::times(r))).collect();
+        self.report = Some(report);
         Ok(failures)
     }
 
@@ -328,6 +338,10 @@ impl Backend for TritonInstance {
                 }),
             })
             .collect())
+    }
+
+    fn backend_report(&mut self) -> Option<BackendReport> {
+        self.report.take()
     }
 
     fn execute_decoupled(
