@@ -127,6 +127,33 @@ pub trait Backend: Send {
     fn reported_times(&mut self) -> Option<crate::stats::ComputeTimes> {
         None
     }
+
+    /// After `execute_each`: what the backend measured itself of that execution, where it
+    /// measures (Triton's backend API: `ModelInstanceReportStatistics` and
+    /// `ReportBatchStatistics`). The model's statistics then count what it reported, as
+    /// Triton's do.
+    fn backend_report(&mut self) -> Option<BackendReport> {
+        None
+    }
+}
+
+/// A backend's own statistics of one execution.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackendReport {
+    /// Each execution it reported: its batch size and compute times. Empty when it reported
+    /// none: the instance's own measure then counts the execution.
+    pub batches: Vec<(u64, crate::stats::ComputeTimes)>,
+    /// Beside each request of the batch, if reported: whether it counts as a success and its
+    /// compute times (`queue` unused).
+    pub requests: Vec<Option<(bool, crate::stats::ComputeTimes)>>,
+}
+
+impl BackendReport {
+    /// Whether the backend reported anything of the execution (then its report is the whole
+    /// account: an execution it did not report is not counted).
+    pub fn measured(&self) -> bool {
+        !self.batches.is_empty() || self.requests.iter().any(Option::is_some)
+    }
 }
 
 /// Makes instances of one model version; called by the supervisor at load and on restart, on
@@ -154,5 +181,21 @@ pub(crate) fn response(id: &str, model: &str, version: i64, outputs: Vec<Tensor>
         parameters: Default::default(),
         is_final,
         times: None,
+    }
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::BackendReport;
+    use crate::stats::ComputeTimes;
+
+    #[test]
+    fn a_report_measures_once_the_backend_reported_anything() {
+        assert!(!BackendReport::default().measured());
+        assert!(!BackendReport { batches: vec![], requests: vec![None, None] }.measured());
+        assert!(
+            BackendReport { batches: vec![], requests: vec![None, Some((false, ComputeTimes::default()))] }.measured()
+        );
+        assert!(BackendReport { batches: vec![(1, ComputeTimes::default())], requests: vec![] }.measured());
     }
 }

@@ -223,6 +223,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let infer_end = Instant::now();
     let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));
     let reported = if live.len() == 1 && all_ok { backend.reported_times() } else { None };
+    let report = backend.backend_report().unwrap_or_default();
     let panicked = match &result {
         Err(p) => Some(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&**p))),
         Ok(_) => None,
@@ -242,7 +243,13 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     // always sees statistics that include it.
     let count_execution = || {
         let output_end = Instant::now();
+        for (size, r) in &report.batches {
+            stats.record_execution(*size, r.compute_input, r.compute_infer, r.compute_output);
+        }
         match reported {
+            // A backend that measures itself counts its executions (none for a batch of
+            // failed requests, as Triton's backends report).
+            _ if report.measured() => {}
             Some(r) => stats.record_execution(total as u64, r.compute_input, r.compute_infer, r.compute_output),
             None => stats.record_execution(
                 total as u64,
@@ -270,12 +277,13 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     // Each request has its own outcome: one that failed is answered with its error, the
     // others with their outputs (as Triton answers a dynamic batch request by request).
     let mut failed = Vec::new();
-    let mut answers: Vec<(Pending, Vec<crate::tensor::Tensor>)> = Vec::with_capacity(live.len());
-    for (p, outcome) in live.into_iter().zip(outcomes) {
+    let mut answers: Vec<(Pending, Vec<crate::tensor::Tensor>, Option<Own>)> = Vec::with_capacity(live.len());
+    for (i, (p, outcome)) in live.into_iter().zip(outcomes).enumerate() {
+        let own = report.requests.get(i).copied().flatten();
         let mut outputs = match outcome {
             Ok(outputs) => outputs,
             Err(e) => {
-                failed.push((p, e));
+                failed.push((p, e, own));
                 continue;
             }
         };
@@ -288,16 +296,25 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         } else {
             outputs.into_iter().filter(|t| p.request.outputs.iter().any(|o| o.name == t.name)).collect()
         };
-        answers.push((p, outputs));
+        answers.push((p, outputs, own));
     }
     let output_end = count_execution();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
     env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
-    for (p, e) in failed {
-        p.fail_as(stats, e, FailureReason::Backend);
+    for (p, e, own) in failed {
+        match own {
+            // The backend counted the request a success although it answered an error (as
+            // Triton's Python backend does for an error response): so do the statistics.
+            Some((true, r)) => {
+                record_reported_success(stats, &p, compute_start, r);
+                stats.pending.fetch_sub(1, Relaxed);
+                p.reply.send(Err(e));
+            }
+            _ => p.fail_as(stats, e, FailureReason::Backend),
+        }
     }
-    for (p, outputs) in answers {
+    for (p, outputs, own) in answers {
         if let Some(trace) = &p.request.trace {
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
             trace.record_at(trace::COMPUTE_END, output_end);
@@ -311,14 +328,21 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         if let Some(r) = reported {
             times = ComputeTimes { queue: times.queue + r.queue, ..r };
         }
-        stats.record_success(&RequestTimes {
-            total: p.request.received.elapsed(),
-            queue: times.queue,
-            compute_input: times.compute_input,
-            compute_infer: times.compute_infer,
-            compute_output: times.compute_output,
-            batch_size: p.batch_size as u64,
-        });
+        if let Some((_, r)) = own {
+            times = ComputeTimes { queue: times.queue, ..r };
+        }
+        if let Some((false, _)) = own {
+            stats.record_failure(p.request.received.elapsed(), FailureReason::Backend);
+        } else {
+            stats.record_success(&RequestTimes {
+                total: p.request.received.elapsed(),
+                queue: times.queue,
+                compute_input: times.compute_input,
+                compute_infer: times.compute_infer,
+                compute_output: times.compute_output,
+                batch_size: p.batch_size as u64,
+            });
+        }
         if let Some(miss) = &p.cache {
             stats.record_cache_miss(miss.insert(&outputs));
         }
@@ -409,4 +433,19 @@ fn execute_decoupled(
         Some(r) => Err(r),
         None => Ok(()),
     }
+}
+
+/// What a backend reported of one request: whether it counts as a success, its compute times.
+type Own = (bool, ComputeTimes);
+
+/// Counts as a success, with the compute times the backend reported, a request it answered.
+fn record_reported_success(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
+    stats.record_success(&RequestTimes {
+        total: p.request.received.elapsed(),
+        queue: compute_start.saturating_duration_since(p.enqueued),
+        compute_input: r.compute_input,
+        compute_infer: r.compute_infer,
+        compute_output: r.compute_output,
+        batch_size: p.batch_size as u64,
+    });
 }

@@ -34,7 +34,7 @@ pub mod trace;
 pub mod validate;
 mod warmup;
 
-pub use backend::{Backend, BackendFactory, BatchInput, InstanceKind, InstanceSpec};
+pub use backend::{Backend, BackendFactory, BackendReport, BatchInput, InstanceKind, InstanceSpec};
 pub use error::{Error, ErrorKind, Result};
 pub use exit::{ExitCause, InstanceExit};
 pub use handle::{Engine, ModelHandle, Shared};
@@ -46,7 +46,7 @@ pub use request::{
     CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags,
 };
 pub use scheduler::{BatcherActor, SequenceActor};
-pub use stats::{ModelStats, StatsSnapshot};
+pub use stats::{ComputeTimes, ModelStats, StatsSnapshot};
 pub use supervisor::Supervisor;
 pub use tensor::{DataType, Tensor};
 pub use trace::Trace;

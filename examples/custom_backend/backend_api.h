@@ -212,6 +212,18 @@ TRITONSERVER_Error* TRITONBACKEND_ResponseNewFromFactory(
 TRITONSERVER_Error* TRITONBACKEND_ResponseFactorySendFlags(
     TRITONBACKEND_ResponseFactory* factory, const uint32_t send_flags);
 
+/* Statistics: the backend's own timestamps (ns, CLOCK_MONOTONIC) for one request, before it
+ * is released, and for one execution of `batch_size` items; the model's statistics and the
+ * nv_inference_* metrics count what is reported here (a backend that reports nothing has
+ * none in Triton). */
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(
+    TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request* request, const bool success,
+    const uint64_t exec_start_ns, const uint64_t compute_start_ns, const uint64_t compute_end_ns,
+    const uint64_t exec_end_ns);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(
+    TRITONBACKEND_ModelInstance* instance, const uint64_t batch_size, const uint64_t exec_start_ns,
+    const uint64_t compute_start_ns, const uint64_t compute_end_ns, const uint64_t exec_end_ns);
+
 /* The entry points a backend defines (the server calls them). Only Execute is required. */
 EXPORT TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend);
 EXPORT TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend* backend);

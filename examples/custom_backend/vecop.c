@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend_api.h"
@@ -334,6 +335,26 @@ static TRITONSERVER_Error* stream(ModelState* state, TRITONBACKEND_Request* requ
   return NULL;
 }
 
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The items a request of a batching model (vecop_add) holds: its inputs' first dimension. */
+static uint64_t batch_items(TRITONBACKEND_Request* request) {
+  TRITONBACKEND_Input* a;
+  const int64_t* shape = NULL;
+  uint32_t dims = 0;
+  TRITONSERVER_Error* err = TRITONBACKEND_RequestInput(request, "A", &a);
+  if (err == NULL) err = TRITONBACKEND_InputProperties(a, NULL, NULL, &shape, &dims, NULL, NULL);
+  if (err != NULL) {
+    TRITONSERVER_ErrorDelete(err);
+    return 1;
+  }
+  return dims > 0 && shape[0] > 0 ? (uint64_t)shape[0] : 1;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count) {
   TRITONBACKEND_Model* model;
@@ -342,7 +363,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
   RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vstate));
   ModelState* state = vstate;
   uint64_t elements = 0;
+  uint64_t batch_size = 0;
+  const uint64_t exec_start = now_ns();
   if (state->delay_us > 0) usleep(state->delay_us);
+  const uint64_t compute_start = now_ns();
   /* From here on every request is the backend's: each gets its answer and is released, and
    * Execute returns NULL (returning an error would give the requests back to the server). */
   for (uint32_t r = 0; r < request_count; r++) {
@@ -367,6 +391,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
                                                      : add(state, request, response, &elements);
       /* A response carrying an error fails this request alone. */
       err = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failed);
+      /* Its statistics, before the request is released: computed and answered at once. */
+      const uint64_t done = now_ns();
+      TRITONSERVER_Error* report = TRITONBACKEND_ModelInstanceReportStatistics(
+          instance, request, failed == NULL && err == NULL, exec_start, compute_start, done, done);
+      if (report != NULL) TRITONSERVER_ErrorDelete(report);
+      if (failed == NULL) batch_size += state->accumulate ? 1 : batch_items(request);
       if (failed != NULL) TRITONSERVER_ErrorDelete(failed);
     }
     if (err != NULL) {
@@ -376,5 +406,12 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);
   }
   if (elements > 0) TRITONSERVER_MetricIncrement(state->elements, (double)elements);
+  if (!state->decoupled && batch_size > 0) {
+    /* One execution of the batch's items (the requests that succeeded), as Triton's backends count. */
+    const uint64_t end = now_ns();
+    TRITONSERVER_Error* report =
+        TRITONBACKEND_ModelInstanceReportBatchStatistics(instance, batch_size, exec_start, compute_start, end, end);
+    if (report != NULL) TRITONSERVER_ErrorDelete(report);
+  }
   return NULL;
 }

@@ -57,6 +57,23 @@ pub struct HostRequest {
     /// The model's implicit state outputs (`sequence_batching.state` output names); `None`
     /// when it has no state configuration.
     pub state_outputs: Option<Vec<String>>,
+    /// Set by the host once the request's client has gone; the backend reads it through
+    /// `TRITONBACKEND_RequestIsCancelled` / `ResponseFactoryIsCancelled`, also while its
+    /// `execute` is still running.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// What a backend reported of one request (`TRITONBACKEND_ModelInstanceReportStatistics`) or
+/// of one execution (`ReportBatchStatistics`, then `success` is true and `batch_size` set):
+/// its own timestamps in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReportedStats {
+    pub success: bool,
+    pub batch_size: u64,
+    pub exec_start_ns: u64,
+    pub compute_start_ns: u64,
+    pub compute_end_ns: u64,
+    pub exec_end_ns: u64,
 }
 
 /// An error from the backend or the host: Triton's code and message.
@@ -258,6 +275,7 @@ impl LoadedModel {
             state: AtomicPtr::new(std::ptr::null_mut()),
             initialized: AtomicBool::new(false),
             model: self.0.clone(),
+            batch_reports: Mutex::new(Vec::new()),
         });
         if let Some(init) = self.0.backend.library.instance_initialize {
             // SAFETY: the backend's entry point with an instance object `instance` keeps alive.
@@ -275,6 +293,8 @@ impl LoadedModel {
 pub struct Pending {
     pub events: Receiver<HostEvent>,
     pub cancel: Arc<AtomicBool>,
+    /// The request's statistics as the backend reported them, if it did.
+    pub report: Arc<Mutex<Option<ReportedStats>>>,
 }
 
 impl LoadedInstance {
@@ -285,10 +305,12 @@ impl LoadedInstance {
         let mut raw: Vec<*mut Request> = Vec::with_capacity(requests.len());
         for mut r in requests {
             let (tx, rx) = channel();
-            let cancel = Arc::new(AtomicBool::new(false));
+            let cancel = r.cancel.clone();
             let states = States::new(&r.model, r.state_outputs.take());
-            raw.push(Box::into_raw(Box::new(Request::new(r, Arc::new(Sink::new(tx, cancel.clone(), states))))));
-            pending.push(Pending { events: rx, cancel });
+            let sink = Arc::new(Sink::new(tx, cancel.clone(), states));
+            let report = sink.report.clone();
+            raw.push(Box::into_raw(Box::new(Request::new(r, sink))));
+            pending.push(Pending { events: rx, cancel, report });
         }
         let execute = self.0.model.backend.library.instance_execute;
         // SAFETY: the backend's entry point with a live instance and requests it now owns until
@@ -307,6 +329,11 @@ impl LoadedInstance {
 }
 
 impl LoadedInstance {
+    /// The executions the backend reported (`ReportBatchStatistics`) since the last call.
+    pub fn take_batch_reports(&self) -> Vec<ReportedStats> {
+        std::mem::take(&mut *self.0.batch_reports.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The backend's `ModelInstanceReady`, `None` when the backend has none (it is optional;
     /// newer Python backends answer whether the instance's stub process is alive).
     pub fn ready(&mut self) -> Option<Result<(), HostError>> {

@@ -29,7 +29,7 @@ mod state;
 
 pub use host::{
     load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
-    LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending,
+    LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending, ReportedStats,
 };
 pub use inprocess::{set_inference_server, EventSink, InProcessEvent, InProcessRequest, InferenceServer};
 /// Custom metrics of backends in Prometheus text, for `/metrics`.

@@ -50,6 +50,8 @@ pub struct Instance {
     /// `ModelInstanceInitialize` succeeded, so `ModelInstanceFinalize` is due.
     pub(crate) initialized: AtomicBool,
     pub(crate) model: Arc<Model>,
+    /// The executions the backend reported (`ReportBatchStatistics`), until the host takes them.
+    pub(crate) batch_reports: Mutex<Vec<super::host::ReportedStats>>,
 }
 
 /// The server object a model reports (`ModelServer`); the in-process API takes it back.
@@ -348,21 +350,28 @@ export! {
 }
 
 export! {
-    /// Accepted and not recorded: Tritium's instance actor times every execution itself.
+    /// The backend's own measure of one request: it replaces the instance actor's in the
+    /// model's statistics, and `success` decides whether the request counts as a success or a
+    /// failure there, as in Triton (a Python model's error response counts as a success; an
+    /// exception in its `execute` as a failure).
     fn TRITONBACKEND_ModelInstanceReportStatistics(i: *mut Instance, request: *mut super::request::Request, success: bool, exec_start_ns: u64, compute_start_ns: u64, compute_end_ns: u64, exec_end_ns: u64) {
-        let _ = (request, success, exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns);
         // SAFETY: a live instance.
         unsafe { instance(i)? };
+        let report = super::host::ReportedStats { success, batch_size: 1, exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns };
+        // SAFETY: a request the backend has not released yet.
+        *unsafe { borrow(request, "request")? }.sink.report.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
         Ok(())
     }
 }
 
 export! {
-    /// Accepted and not recorded, as above.
+    /// The backend's own measure of one execution of `batch_size` items: the model's execution
+    /// count and batch statistics take it instead of the instance actor's.
     fn TRITONBACKEND_ModelInstanceReportBatchStatistics(i: *mut Instance, batch_size: u64, exec_start_ns: u64, compute_start_ns: u64, compute_end_ns: u64, exec_end_ns: u64) {
-        let _ = (batch_size, exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns);
         // SAFETY: a live instance.
-        unsafe { instance(i)? };
+        let instance = unsafe { instance(i)? };
+        let report = super::host::ReportedStats { success: true, batch_size, exec_start_ns, compute_start_ns, compute_end_ns, exec_end_ns };
+        instance.batch_reports.lock().unwrap_or_else(|e| e.into_inner()).push(report);
         Ok(())
     }
 }

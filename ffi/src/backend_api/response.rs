@@ -23,11 +23,13 @@ pub struct Sink {
     cancelled: Arc<AtomicBool>,
     /// The request's implicit sequence states.
     states: States,
+    /// What the backend reported of the request (`ModelInstanceReportStatistics`).
+    pub(crate) report: Arc<std::sync::Mutex<Option<super::host::ReportedStats>>>,
 }
 
 impl Sink {
     pub(crate) fn new(tx: Sender<HostEvent>, cancelled: Arc<AtomicBool>, states: States) -> Self {
-        Sink { tx, cancelled, states }
+        Sink { tx, cancelled, states, report: Arc::default() }
     }
 
     pub(crate) fn states(&self) -> &States {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use tritium_actors::{BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, Result, Tensor};
-use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor};
+use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor, ReportedStats};
 
 fn host_tensors(tensors: &[Tensor]) -> Vec<HostTensor> {
     tensors
@@ -154,9 +154,41 @@ pub fn error_in(e: HostError) -> Error {
     error(HostError { message, ..e })
 }
 
+/// The compute times of a backend's own report: input from the execution's start to the
+/// compute's, infer the compute, output from the compute's end to the execution's.
+pub fn times(r: &ReportedStats) -> tritium_actors::ComputeTimes {
+    let ns = |from: u64, to: u64| Duration::from_nanos(to.saturating_sub(from));
+    tritium_actors::ComputeTimes {
+        queue: Duration::ZERO,
+        compute_input: ns(r.exec_start_ns, r.compute_start_ns),
+        compute_infer: ns(r.compute_start_ns, r.compute_end_ns),
+        compute_output: ns(r.compute_end_ns, r.exec_end_ns),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backends_report_splits_into_input_infer_and_output() {
+        let r = ReportedStats {
+            success: true,
+            batch_size: 2,
+            exec_start_ns: 1_000,
+            compute_start_ns: 1_500,
+            compute_end_ns: 4_500,
+            exec_end_ns: 4_700,
+        };
+        let t = times(&r);
+        assert_eq!(
+            (t.compute_input, t.compute_infer, t.compute_output),
+            (Duration::from_nanos(500), Duration::from_nanos(3_000), Duration::from_nanos(200))
+        );
+        // Timestamps out of order (a backend's mistake) give zero, never an overflow.
+        let t = times(&ReportedStats { compute_start_ns: 500, ..r });
+        assert_eq!(t.compute_input, Duration::ZERO);
+    }
 
     fn t(shape: Vec<i64>, data: &[u8]) -> Tensor {
         Tensor { name: "O".into(), datatype: DataType::U8, shape, data: bytes::Bytes::copy_from_slice(data) }

@@ -7,13 +7,16 @@
 //! queues, batching and sequences.
 
 mod convert;
+mod executor;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tritium_actors::{Backend, BackendFactory, BatchInput, Error, InstanceKind, InstanceSpec, Result, Tensor};
+use tritium_actors::{
+    Backend, BackendFactory, BackendReport, BatchInput, Error, InstanceKind, InstanceSpec, Result, Tensor,
+};
 use tritium_ffi::backend_api::{self as host, abi, HostEvent, LoadedInstance, LoadedModel};
 
 use crate::config::ModelConfig;
@@ -162,20 +165,25 @@ impl BackendFactory for TritonFactory {
                 device_id: instance.device.unwrap_or(0),
             })
             .map_err(convert::error_in)?;
+        let executor = executor::Executor::start(loaded.clone(), &instance.name)?;
         Ok(Box::new(TritonInstance {
             instance: loaded,
+            executor,
             model: self.name.clone(),
             decoupled: self.decoupled,
             outputs: self.outputs.clone(),
             states: self.states.clone(),
             failure: None,
-            hung: false,
+            report: None,
         }))
     }
 }
 
 /// One instance of a model on a backend library.
 pub struct TritonInstance {
+    /// Calls the backend's execute on a thread of its own (and knows when a call hung). Declared
+    /// first so that it ends before `instance` drops: the instance's finalize then runs here.
+    executor: executor::Executor,
     instance: LoadedInstance,
     model: String,
     decoupled: bool,
@@ -183,8 +191,8 @@ pub struct TritonInstance {
     states: Option<Vec<String>>,
     /// The first failure since the last health check.
     failure: Option<Error>,
-    /// A call to the backend's execute never returned: the instance cannot serve any more.
-    hung: bool,
+    /// What the backend reported of the last execution's statistics.
+    report: Option<BackendReport>,
 }
 
 impl TritonInstance {
@@ -205,10 +213,13 @@ impl TritonInstance {
             r.model.clone_from(&self.model);
             r.state_outputs.clone_from(&self.states);
         }
-        let pending = match deadlines.iter().flatten().min() {
-            None => self.instance.execute(requests).map_err(convert::error),
-            Some(&deadline) => self.execute_within(requests, deadline),
-        };
+        let flags: Vec<_> = requests.iter().map(|r| r.cancel.clone()).collect();
+        let watch = || executor::mark_gone(batch.cancelled, &flags);
+        let deadline = deadlines.iter().flatten().min().copied();
+        let pending = self
+            .executor
+            .execute(&self.model, requests, deadline, CANCEL_POLL, &watch)
+            .and_then(|outcome| outcome.map_err(convert::error));
         let pending = match pending {
             Ok(p) => p,
             Err(e) => {
@@ -216,70 +227,47 @@ impl TritonInstance {
                 return Err(e);
             }
         };
+        let watch = (!batch.cancelled.is_empty()).then_some(&watch as &dyn Fn());
         let mut failures = Vec::with_capacity(pending.len());
+        let mut report = BackendReport::default();
         for (index, (p, deadline)) in pending.into_iter().zip(deadlines).enumerate() {
-            let gone = batch.cancelled.get(index).copied();
-            let failure = self.responses(index, &p, deadline, gone, emit);
+            let failure = self.responses(index, &p, deadline, watch, emit);
             if let Some(e) = &failure {
                 self.failure.get_or_insert(e.clone());
             }
             failures.push(failure);
+            let own = *p.report.lock().unwrap_or_else(|e| e.into_inner());
+            report.requests.push(own.map(|r| (r.success, convert::times(&r))));
         }
+        report.batches = self.instance.take_batch_reports().iter().map(|r| (r.batch_size, convert::times(r))).collect();
+        self.report = Some(report);
         Ok(failures)
     }
 
-    /// `ModelInstanceExecute` on a thread of its own, waited for until `deadline` (the batch's
-    /// first request timeout). A backend that has not returned by then has hung: the batch
-    /// fails with the reason and the instance is reported unhealthy, so the supervisor
-    /// replaces it; the hung call keeps its instance object until it returns.
-    fn execute_within(&mut self, requests: Vec<host::HostRequest>, deadline: Instant) -> Result<Vec<host::Pending>> {
-        let instance = self.instance.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name(format!("{}-execute", self.model))
-            .spawn(move || {
-                let _ = tx.send(instance.execute(requests));
-            })
-            .map_err(|e| Error::internal(format!("model '{}': starting the execute thread: {e}", self.model)))?;
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(pending) => pending.map_err(convert::error),
-            Err(_) => {
-                self.hung = true;
-                Err(Error::unavailable(format!(
-                    "model '{}': the backend did not return from execute within the request's timeout; the instance is replaced",
-                    self.model
-                )))
-            }
-        }
-    }
-
     /// Reads one request's responses until its final flag; its failure, if any. While it waits,
-    /// `gone` is asked every `CANCEL_POLL` whether the client has gone; once it has, the
-    /// backend sees the request cancelled (`TRITONBACKEND_RequestIsCancelled`, a model.py's
-    /// `request.is_cancelled()`) and decides how to end it, as in Triton.
+    /// `watch` runs every `CANCEL_POLL`: it marks cancelled the batch's requests whose client has
+    /// gone, which the backend sees (`TRITONBACKEND_RequestIsCancelled`, a model.py's
+    /// `request.is_cancelled()`) and decides how to end, as in Triton.
     fn responses(
         &self,
         index: usize,
         p: &host::Pending,
         deadline: Option<Instant>,
-        mut gone: Option<&dyn Fn() -> bool>,
+        watch: Option<&dyn Fn()>,
         emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>,
     ) -> Option<Error> {
         let mut failure = None;
         let mut responses = 0usize;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let event = match (left, gone) {
+            let event = match (left, watch) {
                 (None, None) => p.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 (Some(left), None) => p.events.recv_timeout(left),
                 (left, Some(_)) => p.events.recv_timeout(left.map_or(CANCEL_POLL, |l| l.min(CANCEL_POLL))),
             };
-            if let (Err(RecvTimeoutError::Timeout), Some(is_gone)) = (&event, gone) {
+            if let (Err(RecvTimeoutError::Timeout), Some(watch)) = (&event, watch) {
                 if left.is_none_or(|l| l > CANCEL_POLL) {
-                    if is_gone() {
-                        p.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
-                        gone = None;
-                    }
+                    watch();
                     continue;
                 }
             }
@@ -352,6 +340,10 @@ impl Backend for TritonInstance {
             .collect())
     }
 
+    fn backend_report(&mut self) -> Option<BackendReport> {
+        self.report.take()
+    }
+
     fn execute_decoupled(
         &mut self,
         batch: BatchInput<'_>,
@@ -370,7 +362,7 @@ impl Backend for TritonInstance {
     /// replaces the instance (a new stub) instead.
     fn health(&mut self) -> Result<()> {
         let Some(failure) = self.failure.take() else { return Ok(()) };
-        if self.hung {
+        if self.executor.hung {
             return Err(failure);
         }
         match self.instance.ready() {
