@@ -312,6 +312,12 @@ def per_inference(runs, key):
     return median(xs) if xs else None
 
 
+def items_per_execution(runs):
+    xs = [d["inference_count"] / d["execution_count"] for d in (r.get("server_stats_delta") for r in runs)
+          if d and d["execution_count"]]
+    return f"{median(xs):.2f}" if xs else "-"
+
+
 def fmt_ratio(xs):
     return f"{median(xs):.2f} ({spread(xs)})" if xs else "no data"
 
@@ -368,8 +374,10 @@ def summarize(out_dir, summary):
                     xs.append(n["infer_per_s"] / d["infer_per_s"])
             ratios[f"{server}_{num}_over_vecop_py_{protocol}_c{conc}"] = xs
             lines.append(f"| {num} ÷ vecop_py on {server} | {protocol} | {conc} | {fmt_ratio(xs)} |")
-    lines += ["", "| server | model | protocol | c | infer/s median (min–max) | p50 µs | p99 µs | "
-              "server CPU µs/inf (stubs) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "Items per execution: the model's inference_count ÷ execution_count over the whole perf_analyzer "
+              "run (its dynamic batcher's merging of the concurrent requests).", "",
+              "| server | model | protocol | c | infer/s median (min–max) | p50 µs | p99 µs | "
+              "server CPU µs/inf (stubs) | items per execution |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for server in SERVERS:
         for model in ("vecop_c", "vecop_py", "vecop_onnx"):
             for protocol, conc in points:
@@ -380,7 +388,7 @@ def summarize(out_dir, summary):
                     lines.append(f"| {server} | {model} | {protocol} | {conc} | {median(ips):.0f} ({spread(ips)}) | "
                                  f"{median([r['p50_us'] for r in sel]):.0f} | {median([r['p99_us'] for r in sel]):.0f} | "
                                  f"{fmt_us(per_inference(sel, 'server_cores'))} "
-                                 f"({fmt_us(per_inference(sel, 'stub_cores'))}) |")
+                                 f"({fmt_us(per_inference(sel, 'stub_cores'))}) | {items_per_execution(sel)} |")
     idle = [r["other_server_cores"] for r in runs if r.get("other_server_cores") is not None]
     if idle:
         lines += ["", f"The idle server used {median(idle):.3f} cores (median, max {max(idle):.3f}) while the "
