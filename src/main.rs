@@ -383,6 +383,8 @@ fn num_workers() -> usize {
 }
 
 fn main() {
+    // First of all, while the process has one thread: libtorch's OpenMP threads sleep when idle.
+    backends::pytorch::openmp::passive_wait_by_default();
     let cli = Cli::parse_with_env();
     // Before any thread starts: the environment the Python backend's stubs inherit.
     let venv = backends::setup_venv_first_on_path(cli.resources.backend_directory.as_deref().map(std::path::Path::new));

@@ -319,3 +319,31 @@ def test_silero_vad_torchscript_matches_the_onnx_model(torch_server):
         np.testing.assert_allclose(mine, expected[cid], atol=1e-4, err_msg=cid)
     print(f"silero_vad_torch vs ONNX: max abs difference {worst:.2e}")
 
+
+
+def _environ(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_libtorchs_threads_sleep_when_idle_unless_the_user_says_otherwise(tmp_path, repo_copy, given):
+    """Started without OMP_WAIT_POLICY, the server executes itself again with PASSIVE (libgomp
+    reads it only when it is loaded), keeping its process id; a value the user gave is kept."""
+    import os
+    from helpers import Server
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    srv = Server(repo_copy(["torch_add_sub"]), log_dir=tmp_path, env=env).start()
+    try:
+        environ = _environ(srv.proc.pid)
+        assert environ.get(b"OMP_WAIT_POLICY") == (given or "PASSIVE").encode()
+        with open(f"/proc/{srv.proc.pid}/cmdline", "rb") as f:
+            assert b"--model-repository" in f.read()
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        with httpclient.InferenceServerClient(srv.http_url) as client:
+            out = client.infer("torch_add_sub", add_sub_inputs(httpclient, a, a)).as_numpy("OUTPUT__0")
+        np.testing.assert_array_equal(out, a + a)
+    finally:
+        assert srv.stop() == 0, srv.log_tail()

@@ -15,6 +15,7 @@
 
 mod convert;
 mod gpu;
+pub mod openmp;
 mod signature;
 
 use std::collections::HashMap;
