@@ -58,6 +58,9 @@ POSTS = [
     "/v2/trace/setting",
     "/v2/models/add_sub/trace/setting",
     "/v2/systemsharedmemory/region/big/register",
+    "/v2/models/add_sub/generate",
+    "/v2/models/add_sub/generate_stream",
+    "/v1/chat/completions",
 ]
 
 
