@@ -274,7 +274,9 @@ async fn a_panic_mid_batch_fails_every_request_of_that_batch_and_the_next_batch_
     }
     let s = model.stats.snapshot();
     assert_eq!((s.success.0, s.fail.0), (1, 4));
-    // The instance comes back after its backoff and serves the next batch.
+    // The instance comes back after its backoff and serves the next batch (the answers went
+    // out before the supervisor heard of the panic: wait for the restart to be counted first).
+    settle(|| model.figures.supervisor.snapshot().restarts[0].panicked == 1).await;
     settle(|| model.figures.live_instances() == 1).await;
     let served = batch([4.0, 5.0, 6.0, 7.0]).await.expect("the next batch is answered");
     for (r, v) in served.iter().zip([4.0, 5.0, 6.0, 7.0]) {
