@@ -7,6 +7,7 @@ mod config;
 mod drain;
 mod ensemble;
 mod frontends;
+mod memory;
 mod metrics;
 mod observe;
 mod proto;
@@ -308,6 +309,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         });
     }
 
+    memory::spawn_trimmer();
     shutdown.await;
     let deadline = tokio::time::Instant::now() + exit_timeout;
     drain(&server, deadline, cli.exit_timeout_secs).await;

@@ -7,6 +7,10 @@ comes first. The models are those of Triton's client examples (examples/triton_c
 """
 import base64
 import json
+import os
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
 
 import grpc
 import numpy as np
@@ -278,6 +282,39 @@ def test_load_file_override_outside_the_model_folder(srv, gclient, tmp_path):
         assert info.value.status() == "StatusCode.INTERNAL"
         assert info.value.message().startswith(POLL_FAILURE.format("simple_int8") + f": Invalid file parameter '{key}'")
     assert not target.exists()
+
+
+def test_load_with_a_model_name_that_is_not_one_path_segment(srv, gclient, tmp_path):
+    """A load request's model name names the folder its files go to: `../x`, an absolute path,
+    `a/b`, `..` are refused (400 / INVALID_ARGUMENT) before anything is written, over both
+    protocols; afterwards no stray file or folder exists where they pointed, and no temporary
+    folder is left behind."""
+    tmp_root = Path(tempfile.gettempdir())
+    leftovers = lambda: {p for p in os.listdir(tmp_root) if p.startswith("tritium-override-")}
+    before = leftovers()
+    stray = f"tritium_stray_{os.getpid()}"
+    places = [tmp_root / stray, tmp_root.parent / stray, tmp_path / stray]
+    names = [f"../{stray}", f"../../{stray}", str(tmp_path / stray), "a/b", "..", "."]
+    for name in names:
+        with pytest.raises(InferenceServerException) as info:
+            gclient.load_model(name, config="{}", files={"file:1/model.onnx": b"a"})
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", (name, info.value)
+        assert info.value.message().startswith(f"invalid model name '{name}': a model name must be one plain "
+                                               "path segment"), info.value.message()
+        with pytest.raises(InferenceServerException) as info:
+            gclient.load_model(name)  # from the repository: the same answer
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", (name, info.value)
+    # Over HTTP the name arrives percent-encoded in the path.
+    body = {"parameters": {"config": "{}", "file:1/model.onnx": base64.b64encode(b"a").decode()}}
+    for encoded, name in [(f"..%2F{stray}", f"../{stray}"), ("%2E%2E", ".."),
+                          (quote(str(tmp_path / stray), safe=""), str(tmp_path / stray))]:
+        r = srv.post(f"/v2/repository/models/{encoded}/load", body)
+        assert r.status_code == 400, (encoded, r.status_code, r.text)
+        assert error_text(r).startswith(f"invalid model name '{name}'"), r.text
+    for place in places:
+        assert not place.exists(), f"a load request wrote {place}"
+    assert leftovers() <= before, "no temporary folder is left behind"
+    assert gclient.is_server_live()
 
 
 def test_load_file_override_without_config(srv, gclient):

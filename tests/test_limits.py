@@ -5,6 +5,7 @@ and nothing changed; and the gRPC message limit (Triton's is INT32_MAX, without 
 the message is read, the server serving on.
 """
 import json
+import socket
 
 import grpc
 import numpy as np
@@ -57,6 +58,9 @@ POSTS = [
     "/v2/trace/setting",
     "/v2/models/add_sub/trace/setting",
     "/v2/systemsharedmemory/region/big/register",
+    "/v2/models/add_sub/generate",
+    "/v2/models/add_sub/generate_stream",
+    "/v1/chat/completions",
 ]
 
 
@@ -237,3 +241,22 @@ def test_grpc_refuses_before_reading_the_message(small_grpc):
         grown_mib = (vm_hwm_kib(small_grpc.proc.pid) - before) / 1024
         assert grown_mib < 32, f"peak memory grew {grown_mib:.0f} MiB for a refused 256 MiB message"
         assert stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=30).live
+
+
+def test_grpc_refuses_from_the_announced_length_without_waiting_for_the_message(small_grpc):
+    """By hand, over HTTP/2 frames: a ModelInfer call whose 5-byte prefix announces 256 MiB and
+    whose message never comes. The server ends the call at once (the message read timeout is
+    60 s), so it refused from the prefix and buffered nothing; it then serves a normal call."""
+    from test_slowloris import grpc_call_head, h2_frame, wait_for_stream_end
+    port = int(small_grpc.grpc_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(grpc_call_head(port, "ModelInfer"))
+        s.sendall(h2_frame(0, 0, 1, b"\x00" + (256 << 20).to_bytes(4, "big") + b"\x0a" * 16))
+        took = wait_for_stream_end(s, 30)
+    assert took is not None and took < 5, f"the call was not ended from its length prefix ({took})"
+    c = grpcclient.InferenceServerClient(small_grpc.grpc_url)
+    try:
+        x, ins = identity_inputs(16)
+        np.testing.assert_array_equal(c.infer("identity_fp32", ins).as_numpy("OUTPUT0"), x)
+    finally:
+        c.close()

@@ -236,6 +236,58 @@ async fn a_panicking_instance_is_restarted_and_the_others_keep_serving() {
     model.unload().await;
 }
 
+#[actix_rt::test]
+async fn a_panic_mid_batch_fails_every_request_of_that_batch_and_the_next_batch_is_served() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(50), ..Default::default() };
+    let model = Arc::new(
+        ModelHandle::load(
+            &engine.handle(),
+            policy(1, Some(dynamic)),
+            factory(Duration::from_millis(300), seen.clone()),
+        )
+        .await
+        .unwrap(),
+    );
+    let batch = |values: [f32; 4]| {
+        let calls = values.map(|v| {
+            let model = model.clone();
+            async move { model.infer(request([v, 0.0])).await }
+        });
+        // None may hang: every request of the batch is answered.
+        tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(calls))
+    };
+    // A first request keeps the instance busy while the next four queue up into one batch.
+    let first = {
+        let model = model.clone();
+        tokio::spawn(async move { model.infer(request([0.0, 0.0])).await })
+    };
+    settle(|| seen.lock().unwrap().len() == 1).await;
+    let failed = batch([1.0, 2.0, 666.0, 3.0]).await.expect("every request of the batch is answered");
+    assert_eq!(values(&first.await.unwrap().unwrap()), vec![1.0, 1.0]);
+    assert_eq!(*seen.lock().unwrap(), vec![1, 4], "the four requests ran as one batch");
+    for r in &failed {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Internal, "{e}");
+        assert!(e.message.contains("panicked"), "{e}");
+    }
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, s.fail.0), (1, 4));
+    // The instance comes back after its backoff and serves the next batch (the answers went
+    // out before the supervisor heard of the panic: wait for the restart to be counted first).
+    settle(|| model.figures.supervisor.snapshot().restarts[0].panicked == 1).await;
+    settle(|| model.figures.live_instances() == 1).await;
+    let served = batch([4.0, 5.0, 6.0, 7.0]).await.expect("the next batch is answered");
+    for (r, v) in served.iter().zip([4.0, 5.0, 6.0, 7.0]) {
+        assert_eq!(values(r.as_ref().unwrap()), vec![v + 1.0, 1.0]);
+    }
+    assert_eq!(seen.lock().unwrap()[2..].iter().sum::<usize>(), 4, "the next requests ran, in batches of any size");
+    let restarts = model.figures.supervisor.snapshot().restarts;
+    assert_eq!(restarts.iter().map(|r| r.get(ExitCause::Panicked)).sum::<u64>(), 1, "one restart, by the panic");
+    model.unload().await;
+}
+
 /// Waits (up to a second of real time) for what the actors do once a message arrives.
 #[actix_rt::test]
 async fn a_single_panicking_instance_comes_back_after_its_backoff() {

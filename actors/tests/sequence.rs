@@ -13,7 +13,8 @@ use tritium_actors::figures::SequenceSnapshot;
 use tritium_actors::*;
 
 /// OUT = (START ? 0 : ACC_IN) + IN, ACC_OUT = OUT, per batch element; panics once when an
-/// input is 666 (the fault injection), and counts that panic in `panicked`.
+/// input is 666 (the fault injection), and counts that panic in `panicked`; takes 300 ms when
+/// an input is 500 (a long execution).
 struct Accumulate {
     panicked: Arc<AtomicBool>,
 }
@@ -32,6 +33,9 @@ impl Backend for Accumulate {
         let (x, start, acc) = (get("IN"), get("START"), get("ACC_IN"));
         if x.contains(&666) && !self.panicked.swap(true, Ordering::SeqCst) {
             panic!("injected fault");
+        }
+        if x.contains(&500) {
+            std::thread::sleep(Duration::from_millis(300));
         }
         let out: Vec<i32> =
             x.iter().zip(&start).zip(&acc).map(|((x, s), a)| if *s == 1 { *x } else { a + x }).collect();
@@ -292,6 +296,34 @@ async fn a_panicking_instance_loses_no_conversation() {
     // The retried request now runs (the fault was injected once).
     assert_eq!(send(&model, 1, 666, false, true).await.unwrap(), 681);
     model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_cancelled_request_of_a_sequence_leaves_and_the_sequence_keeps_its_slot_and_state() {
+    // Triton's rule: a cancelled request is dropped; its sequence lives on (until END or idle).
+    let (model, _) = load(policy(1, 1, SequenceStrategy::Direct, Duration::from_secs(5))).await;
+    let m = Arc::new(model);
+    assert_eq!(send(&m, 1, 1, true, false).await.unwrap(), 1);
+    let long = {
+        let m = m.clone();
+        tokio::spawn(async move { send(&m, 1, 500, false, false).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Queued behind the long one, then its client goes away.
+    let cancelled = {
+        let m = m.clone();
+        tokio::spawn(async move { send(&m, 1, 10, false, false).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    cancelled.abort();
+    assert_eq!(long.await.unwrap().unwrap(), 501);
+    settle(|| m.stats.snapshot().pending == 0).await;
+    let held = SequenceSnapshot { active: 1, state_bytes: 4, slots_used: vec![1], ..Default::default() };
+    assert_eq!(m.figures.sequence.snapshot(), held, "the sequence keeps its slot and state");
+    assert_eq!(send(&m, 1, 2, false, true).await.unwrap(), 503, "the cancelled request never ran");
+    settle(|| m.figures.sequence.snapshot() == SequenceSnapshot { slots_used: vec![0], ..Default::default() }).await;
+    let s = m.stats.snapshot();
+    assert_eq!((s.success.0, s.fail.0), (3, 1), "the cancelled request counts as failed");
 }
 
 #[actix_rt::test]

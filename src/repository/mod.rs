@@ -245,7 +245,9 @@ impl RepositoryManager {
     /// load '<m>', failed to poll from model repository" or "load failed for model '<m>': ...")
     /// followed by the cause, which the index shows as the reason; with several namespaces, the
     /// first failure. A failed load of a folder is tried again `--model-load-retry-count` times.
+    /// A name that is not one plain path segment is refused first (400 / `INVALID_ARGUMENT`).
     pub async fn load(&self, name: &str, config_json: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<()> {
+        overrides::check_model_name(name)?;
         if !files.is_empty() {
             let key = ModelKey::new(String::new(), name);
             let lock = self.lock_for(&key);

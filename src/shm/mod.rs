@@ -330,6 +330,12 @@ mod tests {
         assert_eq!(reg.register("x", &k, 0, 8).unwrap_err().kind, ErrorKind::AlreadyExists);
         assert!(reg.read("x", 64, 1).unwrap_err().message.contains("Invalid offset"));
         assert!(reg.read("x", 60, 8).unwrap_err().message.contains("Invalid offset + byte size"));
+        // An offset + size past u64 is refused, never wrapped around.
+        assert!(reg.read("x", 8, u64::MAX).unwrap_err().message.contains("Invalid offset + byte size"));
+        assert!(reg.read("x", u64::MAX, 2).unwrap_err().message.contains("Invalid offset"));
+        assert!(reg.write("x", 8, u64::MAX, b"abcd", "OUT").is_err());
+        assert_eq!(reg.register("y", &k, 8, u64::MAX).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(reg.register("y", &k, u64::MAX, 2).unwrap_err().kind, ErrorKind::InvalidArgument);
         let e = reg.write("x", 0, 4, &[0u8; 8], "OUT").unwrap_err();
         assert!(e.message.contains("'OUT'") && e.message.contains("at least 8 bytes"), "{e}");
         assert_eq!(reg.status("nope").unwrap_err().kind, ErrorKind::NotFound);

@@ -14,6 +14,8 @@ mod queue;
 mod slots;
 pub(crate) mod state;
 pub mod table;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -554,13 +556,18 @@ impl SequenceBatcher {
             gone.extend(g);
             touched.push(id.clone());
         }
+        let mut dropped = false;
         for id in touched {
             // A backlogged sequence with nothing left to run is dropped.
             if self.sequences.get(&id).is_some_and(|s| s.waiting && s.queue.is_empty()) {
                 self.forget(&id);
+                dropped = true;
             } else {
                 self.reindex(&id);
             }
+        }
+        if dropped {
+            self.compact();
         }
         let (g, keep): (VecDeque<_>, VecDeque<_>) = self.orphans.drain(..).partition(|(_, p, _)| p.reply.is_closed());
         self.orphans = keep;
@@ -568,6 +575,20 @@ impl SequenceBatcher {
         self.queued -= gone.len();
         self.publish();
         gone
+    }
+
+    /// Drops the backlog's entries of sequences no longer waiting, and gives back the room of
+    /// tables that emptied: a burst of STARTs whose clients all cancelled leaves nothing behind
+    /// (the entries would otherwise stay until a slot frees, and pile up with every burst).
+    fn compact(&mut self) {
+        let sequences = &self.sequences;
+        self.backlog.retain(|(order, id)| sequences.get(id).is_some_and(|s| s.waiting && s.order == *order));
+        if self.backlog.capacity() > 4 * self.backlog.len().max(64) {
+            self.backlog.shrink_to_fit();
+        }
+        if self.sequences.capacity() > 4 * self.sequences.len().max(64) {
+            self.sequences.shrink_to_fit();
+        }
     }
 
     pub fn drain_all(&mut self) -> Vec<Pending> {

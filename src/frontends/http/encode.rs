@@ -1,7 +1,8 @@
 //! Encodes an `InferResponse` as Triton's infer response: the JSON
 //! `{"id"?, "model_name", "model_version", "parameters"?, "outputs": [...]}` with each output's
 //! `data` inline or, for binary outputs, `parameters.binary_data_size` and the raw bytes after
-//! the JSON. Outputs asked for with `classification` are turned into top-N classes first.
+//! the JSON; an output written to shared memory has only its name, datatype and shape, as in
+//! Triton 2.51. Outputs asked for with `classification` are turned into top-N classes first.
 
 use std::collections::HashMap;
 
@@ -24,10 +25,8 @@ pub struct Encoded {
 }
 
 #[derive(Serialize)]
-#[serde(untagged)]
-enum OutputParams {
-    Binary { binary_data_size: usize },
-    SharedMemory { shared_memory_region: String, shared_memory_byte_size: usize },
+struct OutputParams {
+    binary_data_size: usize,
 }
 
 #[derive(Serialize)]
@@ -83,16 +82,12 @@ pub fn encode_response(
     for t in &outputs {
         let (parameters, data) = if let Some(place) = plan.shm.get(&t.name) {
             crate::shm::write(&place.region, place.offset, place.byte_size, &t.data, &t.name)?;
-            let params = OutputParams::SharedMemory {
-                shared_memory_region: place.region.clone(),
-                shared_memory_byte_size: t.data.len(),
-            };
-            (Some(params), None)
+            (None, None)
         } else if plan.is_binary(&t.name) {
             if !t.data.is_empty() {
                 binary.push(t.data.clone());
             }
-            (Some(OutputParams::Binary { binary_data_size: t.data.len() }), None)
+            (Some(OutputParams { binary_data_size: t.data.len() }), None)
         } else {
             (None, Some(DataJson::new(t, &response.model)?))
         };

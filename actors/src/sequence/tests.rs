@@ -1,0 +1,95 @@
+//! The sequence batcher on its own, where the actors' tests cannot look: what a burst of
+//! cancelled STARTs leaves in the backlog.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::SequenceBatcher;
+use crate::clock::SystemClock;
+use crate::figures::ModelFigures;
+use crate::policy::{
+    ControlKind, ControlSpec, IoSpec, ModelPolicy, SchedulerPolicy, SequencePolicy, SequenceStrategy,
+    DEFAULT_QUEUE_CAPACITY,
+};
+use crate::protocol::Pending;
+use crate::request::{CorrelationId, InferRequest, Reply, SequenceFlags};
+use crate::tensor::{DataType, Tensor};
+use crate::{InstanceKind, InstanceSpec};
+
+fn policies() -> (ModelPolicy, SequencePolicy) {
+    let sequence = SequencePolicy {
+        strategy: SequenceStrategy::Direct,
+        max_idle: Duration::from_secs(60),
+        controls: vec![ControlSpec {
+            kind: ControlKind::Start,
+            input: "START".into(),
+            datatype: DataType::I32,
+            false_value: 0i32.to_le_bytes().to_vec(),
+            true_value: 1i32.to_le_bytes().to_vec(),
+        }],
+        states: Vec::new(),
+        max_backlog: 100_000,
+        start_grace: Duration::ZERO,
+        max_state_bytes: None,
+    };
+    let model = ModelPolicy {
+        name: "acc".into(),
+        version: 1,
+        max_batch_size: 1,
+        inputs: vec![IoSpec::new("IN", DataType::I32, vec![1])],
+        outputs: vec![IoSpec::new("OUT", DataType::I32, vec![1])],
+        instances: vec![InstanceSpec {
+            name: "acc_0_0".into(),
+            index: 0,
+            kind: InstanceKind::Cpu,
+            device: None,
+            cpu_cores: Vec::new(),
+            rate_limiter: Default::default(),
+        }],
+        scheduler: SchedulerPolicy::Sequence(sequence.clone()),
+        decoupled: false,
+        queue_capacity: DEFAULT_QUEUE_CAPACITY,
+        warmup: Vec::new(),
+        response_cache: false,
+    };
+    (model, sequence)
+}
+
+/// A START of sequence `id`, and the receiver whose drop is the client going away.
+fn start(id: u64) -> (Pending, tokio::sync::oneshot::Receiver<crate::Result<crate::InferResponse>>) {
+    let data = Bytes::from(1i32.to_le_bytes().to_vec());
+    let mut request = InferRequest::new("acc", vec![Tensor::new("IN", DataType::I32, vec![1, 1], data)]);
+    request.sequence = Some(SequenceFlags { id: CorrelationId::U64(id), start: true, end: false });
+    let (reply, rx) = Reply::once();
+    let p = Pending { request, reply, enqueued: std::time::Instant::now(), batch_size: 1, sequence: None, cache: None };
+    (p, rx)
+}
+
+#[test]
+fn cancelled_starts_in_the_backlog_leave_nothing_behind() {
+    let (model, sequence) = policies();
+    let figures = Arc::new(ModelFigures::new(1));
+    let mut b = SequenceBatcher::new(&model, &sequence, figures.clone(), Arc::new(SystemClock));
+    // Sequence 1 holds the only slot for good.
+    let (first, _keep) = start(1);
+    b.push(first).unwrap();
+    for round in 0..3u64 {
+        let clients: Vec<_> = (0..10_000)
+            .map(|i| {
+                let (p, rx) = start(1_000 + round * 10_000 + i);
+                b.push(p).unwrap();
+                rx
+            })
+            .collect();
+        assert_eq!(figures.sequence.snapshot().backlog, 10_000);
+        assert_eq!(b.backlog.len(), 10_000);
+        drop(clients);
+        assert_eq!(b.take_cancelled().len(), 10_000, "round {round}");
+        assert_eq!((figures.sequence.snapshot().backlog, figures.sequence.snapshot().active), (0, 1));
+        assert_eq!((b.backlog.len(), b.sequences.len(), b.queued), (0, 1, 1), "round {round}");
+        assert!(b.backlog.capacity() <= 256, "the backlog's room is given back: {}", b.backlog.capacity());
+        assert!(b.sequences.capacity() <= 256, "the table's room is given back: {}", b.sequences.capacity());
+    }
+}
