@@ -2,8 +2,9 @@
 """For benchmarks on a machine shared with builds and tests (needs root and cgroup v1's cpu
 controller). Runs a command while every other process on the machine is held to a small CPU
 quota (a cpu group capped at QUIET_QUOTA_US per 100 ms, 8 % of one core by default), swept every
-0.5 s so processes started meanwhile are caught too; afterwards everything goes back to the root
-group. `nice` is not enough: libtorch's and ONNX Runtime's intra-op threads wait on each other,
+0.5 s so processes started meanwhile are caught too (the command, its session and its descendants,
+including those that start sessions of their own, keep the whole machine); afterwards everything
+goes back to the root group. `nice` is not enough: libtorch's and ONNX Runtime's intra-op threads wait on each other,
 so any slice given to another process stalls both.
 
   python3 loadtests/quiet.py <command> [args...]
@@ -22,21 +23,46 @@ sid = child.pid
 me = os.getpid()
 
 def sweep():
+    stats = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                stats[int(pid)] = (int(fields[1]), int(fields[3]))  # ppid, session
+            except (OSError, ValueError, IndexError):
+                pass
+
+    def ours(pid):
+        # The command's session, or a descendant of the command that started a session of its
+        # own (a benchmark's servers, and their children such as the Python backend's stubs).
+        for _ in range(64):
+            if pid == sid or pid not in stats:
+                return pid == sid
+            ppid, session = stats[pid]
+            if session == sid:
+                return True
+            pid = ppid
+        return False
+
     for pid in open(f"{ROOT}/cgroup.procs").read().split():
         pid = int(pid)
-        if pid == me:
+        if pid == me or pid not in stats:
+            continue
+        ppid, _ = stats[pid]
+        if ppid in (0, 2):  # kernel threads (ppid 0) and kthreadd's children
+            continue
+        if ours(pid):
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid or int(fields[2]) == 0:  # our session; kernel threads (ppid 0)
-                continue
-            if int(fields[2]) == 2:  # kthreadd's children
-                continue
             with open(f"{BG}/cgroup.procs", "w") as f:
                 f.write(str(pid))
-        except (OSError, ValueError, IndexError):
+        except OSError:
             pass
+
+
+import signal
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 try:
     while child.poll() is None:
