@@ -145,8 +145,8 @@ fn run(env: &InstanceActor) -> InstanceExit {
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
                     return InstanceExit::BackendFailed(e);
                 }
-                if !matches!(outcome, Ok(true)) {
-                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation });
+                if let Ok(Some(rescheduled)) = outcome {
+                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
                 }
             }
         }
@@ -156,9 +156,14 @@ fn run(env: &InstanceActor) -> InstanceExit {
 }
 
 /// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already
-/// answered); `Ok(true)` when the scheduler was already told the instance is free (just before
-/// the answers went out, so a client's next request finds it free).
-fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<bool, String> {
+/// answered); `Ok(None)` when the scheduler was already told the instance is free (just before
+/// the answers went out, so a client's next request finds it free); else `Ok(Some(requests))`:
+/// the scheduler is to be told, with the requests the backend handed back to run again.
+fn execute(
+    env: &InstanceActor,
+    backend: &mut dyn Backend,
+    batch: Vec<Pending>,
+) -> Result<Option<Vec<Pending>>, String> {
     let policy = &env.policy;
     let stats = &env.stats;
     let compute_start = Instant::now();
@@ -168,7 +173,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         p.fail(stats, Error::cancelled("the client cancelled the request"));
     }
     if live.is_empty() {
-        return Ok(false);
+        return Ok(Some(Vec::new()));
     }
     let sizes: Vec<usize> = live.iter().map(|p| p.batch_size).collect();
     let total: usize = sizes.iter().sum();
@@ -189,7 +194,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             for p in live {
                 p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
-            return Ok(false);
+            return Ok(Some(Vec::new()));
         }
     };
     let input_end = Instant::now();
@@ -209,7 +214,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     };
 
     if policy.decoupled {
-        return execute_decoupled(env, backend, live, input, compute_start, input_end).map(|()| false);
+        return execute_decoupled(env, backend, live, input, compute_start, input_end).map(Some);
     }
 
     // Whether each client has gone, for backends that let a running request notice.
@@ -221,6 +226,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     drop(gone);
     drop(probes);
     let infer_end = Instant::now();
+    let again = if result.is_ok() { backend.take_rescheduled() } else { Vec::new() };
     let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));
     let reported = if live.len() == 1 && all_ok { backend.reported_times() } else { None };
     let report = backend.backend_report().unwrap_or_default();
@@ -270,16 +276,23 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             }
             return match panicked {
                 Some(reason) => Err(reason),
-                None => Ok(false),
+                None => Ok(Some(Vec::new())),
             };
         }
     };
     // Each request has its own outcome: one that failed is answered with its error, the
     // others with their outputs (as Triton answers a dynamic batch request by request).
     let mut failed = Vec::new();
+    let mut rescheduled = Vec::new();
     let mut answers: Vec<(Pending, Vec<crate::tensor::Tensor>, Option<Own>)> = Vec::with_capacity(live.len());
     for (i, (p, outcome)) in live.into_iter().zip(outcomes).enumerate() {
         let own = report.requests.get(i).copied().flatten();
+        if again.contains(&i) {
+            // Handed back to run again: unanswered; this execution counts as one of its
+            // inferences (as Triton counts each iteration of an iterative sequence).
+            rescheduled.push((p, own));
+            continue;
+        }
         let mut outputs = match outcome {
             Ok(outputs) => outputs,
             Err(e) => {
@@ -299,9 +312,25 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         answers.push((p, outputs, own));
     }
     let output_end = count_execution();
+    let rescheduled = rescheduled
+        .into_iter()
+        .map(|(p, own)| {
+            let times = match own {
+                Some((_, r)) => r,
+                None => ComputeTimes {
+                    queue: Duration::ZERO,
+                    compute_input: input_end - compute_start,
+                    compute_infer: infer_end - input_end,
+                    compute_output: output_end - infer_end,
+                },
+            };
+            record_iteration(stats, &p, compute_start, times);
+            p
+        })
+        .collect();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
-    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
+    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation, rescheduled });
     for (p, e, own) in failed {
         match own {
             // The backend counted the request a success although it answered an error (as
@@ -352,9 +381,11 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         response.times = Some(times);
         p.reply.send(Ok(response));
     }
-    Ok(true)
+    Ok(None)
 }
 
+/// Runs one request of a decoupled model; returns it when the backend handed it back to run
+/// again (then its final flag waits for the iteration that ends it).
 fn execute_decoupled(
     env: &InstanceActor,
     backend: &mut dyn Backend,
@@ -362,7 +393,7 @@ fn execute_decoupled(
     input: BatchInput<'_>,
     compute_start: Instant,
     input_end: Instant,
-) -> Result<(), String> {
+) -> Result<Vec<Pending>, String> {
     let policy = &env.policy;
     let stats = &env.stats;
     // Decoupled models run one request at a time (the batcher never merges them).
@@ -372,12 +403,18 @@ fn execute_decoupled(
     let input = BatchInput { cancelled: &gone, ..input };
     let mut first_sent = false;
     let mut last_sent: Option<Instant> = None;
-    let mut emit = |mut outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
+    // The outputs the backend sent with its final flag: they go out as the final response.
+    let mut final_outputs: Option<Vec<crate::tensor::Tensor>> = None;
+    let mut emit = |mut outputs: Vec<crate::tensor::Tensor>, is_final: bool| -> Result<()> {
         // A response that carries the state outputs sets the sequence's next state (kept before
         // the response goes out, as for a non-decoupled model): a decoupled sequence model sends
         // its state with its last response of the turn.
         if let Some(ticket) = &p.sequence {
             ticket.absorb(&mut outputs);
+        }
+        if is_final {
+            final_outputs = Some(outputs);
+            return Ok(());
         }
         let now = Instant::now();
         if !first_sent {
@@ -393,10 +430,20 @@ fn execute_decoupled(
         last_sent = Some(now);
         Ok(())
     };
-    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
+    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled_final(input, &mut emit)));
     let infer_end = Instant::now();
     let mut panicked = None;
     stats.record_execution(1, input_end - compute_start, infer_end - input_end, Duration::ZERO);
+    if matches!(result, Ok(Ok(()))) && !backend.take_rescheduled().is_empty() {
+        let times = ComputeTimes {
+            queue: Duration::ZERO,
+            compute_input: input_end - compute_start,
+            compute_infer: infer_end - input_end,
+            compute_output: Duration::ZERO,
+        };
+        record_iteration(stats, &p, compute_start, times);
+        return Ok(vec![p]);
+    }
     match result {
         Ok(Ok(())) => {
             stats.record_success(&RequestTimes {
@@ -411,15 +458,21 @@ fn execute_decoupled(
             if !first_sent {
                 stats.record_first_response(p.request.received.elapsed());
             }
-            if last_sent.is_none() && !p.reply.is_closed() {
-                // The final flag is the request's first (and only) response.
-                stats.responses.first.record_us(p.request.received.elapsed());
+            if !p.reply.is_closed() {
+                match last_sent {
+                    // The final flag is the request's first (and only) response.
+                    None => stats.responses.first.record_us(p.request.received.elapsed()),
+                    // A final response with outputs counts as one more response.
+                    Some(last) if final_outputs.is_some() => stats.responses.between.record_us(last.elapsed()),
+                    Some(_) => {}
+                }
             }
             if let Some(trace) = &p.request.trace {
                 trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
                 trace.record_at(trace::COMPUTE_END, infer_end);
             }
-            let last = backend::response(&p.request.id, &policy.name, policy.version, Vec::new(), true);
+            let outputs = final_outputs.unwrap_or_default();
+            let last = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
             p.reply.send(Ok(last));
         }
         Ok(Err(e)) => p.fail_as(stats, e, FailureReason::Backend),
@@ -431,8 +484,21 @@ fn execute_decoupled(
     }
     match panicked {
         Some(r) => Err(r),
-        None => Ok(()),
+        None => Ok(Vec::new()),
     }
+}
+
+/// Counts one iteration of a request its backend handed back to run again: an inference that
+/// succeeded, with the compute times of that execution, while the request stays pending.
+fn record_iteration(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
+    stats.record_success(&RequestTimes {
+        total: p.request.received.elapsed(),
+        queue: compute_start.saturating_duration_since(p.enqueued),
+        compute_input: r.compute_input,
+        compute_infer: r.compute_infer,
+        compute_output: r.compute_output,
+        batch_size: p.batch_size as u64,
+    });
 }
 
 /// What a backend reported of one request: whether it counts as a success, its compute times.

@@ -248,6 +248,14 @@ impl<Q: Queue> Handler<Wake> for Scheduler<Q> {
 impl<Q: Queue> Handler<InstanceIdle> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, m: InstanceIdle, ctx: &mut Context<Self>) {
+        // Requests to run again go back to their sequences before the batch's end is seen, so
+        // a sequence with its request rescheduled keeps its slot.
+        for p in m.rescheduled {
+            if let Err(refused) = self.queue.reschedule(p) {
+                let (p, e) = *refused;
+                p.fail(&self.stats, e);
+            }
+        }
         if let Some(s) = self.slots.get_mut(m.index) {
             if s.generation == m.generation {
                 s.busy = false;

@@ -128,6 +128,7 @@ pub fn sequence_policy(
         max_backlog,
         start_grace,
         max_state_bytes,
+        iterative: sb.iterative_sequence,
     })
 }
 

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
 use crate::protocol::{Next, Pending, Refused};
-use crate::request::CorrelationId;
+use crate::request::{CorrelationId, SequenceFlags};
 use crate::tensor::DataType;
 
 #[derive(Debug)]
@@ -103,6 +103,9 @@ pub struct SequenceBatcher {
     figures: Arc<ModelFigures>,
     /// For the time a request arrives or a sequence gets its slot.
     clock: SharedClock,
+    /// The ID the next request without one starts a sequence under (iterative sequences,
+    /// counting from 1 as Triton does).
+    next_auto_id: u64,
 }
 
 impl SequenceBatcher {
@@ -120,7 +123,8 @@ impl SequenceBatcher {
             model: policy.name.clone(),
             policy: sequence.clone(),
             batched: policy.batches(),
-            max_batch: policy.max_batch_size.max(1),
+            // A decoupled model runs one request at a time (its responses stream on their own).
+            max_batch: if policy.decoupled { 1 } else { policy.max_batch_size.max(1) },
             sequences: HashMap::new(),
             active: 0,
             backlog: VecDeque::new(),
@@ -138,6 +142,7 @@ impl SequenceBatcher {
             store: StateStore::new(figures.clone()),
             figures,
             clock,
+            next_auto_id: 1,
         }
     }
 
@@ -207,7 +212,10 @@ impl SequenceBatcher {
     }
 
     /// Queues a request of a sequence, or hands it back with the reason it cannot be queued.
-    pub fn push(&mut self, p: Pending) -> Result<(), Refused> {
+    pub fn push(&mut self, mut p: Pending) -> Result<(), Refused> {
+        if self.policy.iterative {
+            self.assign_id(&mut p);
+        }
         let Some(flags) = p.request.sequence.clone() else {
             let e = Error::invalid(format!(
                 "inference request to model '{}' must specify a non-zero or non-empty correlation ID",
@@ -302,6 +310,51 @@ impl SequenceBatcher {
             self.adopt_orphans(&id);
         }
         self.queued += 1;
+        self.publish();
+        Ok(())
+    }
+
+    /// An iterative sequence's request without a correlation ID (none, 0 or "") starts a
+    /// sequence of its own: it gets the next ID of the batcher's count and the START flag
+    /// only, as Triton's iterative sequencer does.
+    fn assign_id(&mut self, p: &mut Pending) {
+        let unset = match &p.request.sequence {
+            None => true,
+            Some(f) => f.id == CorrelationId::U64(0) || f.id == CorrelationId::Str(String::new()),
+        };
+        if unset {
+            let id = CorrelationId::U64(self.next_auto_id);
+            self.next_auto_id += 1;
+            p.request.sequence = Some(SequenceFlags { id, start: true, end: false });
+        }
+    }
+
+    /// An iterative sequence's request the backend handed back after running it: it goes to
+    /// the back of its sequence's queue, without START or END (Triton clears both), and waits
+    /// for a later batch like a request that just arrived (no priority over the others; its
+    /// queue time starts again). Its sequence keeps its slot and state meanwhile.
+    pub fn reschedule(&mut self, mut p: Pending) -> Result<(), Refused> {
+        let id = p.request.sequence.as_ref().map(|f| f.id.clone());
+        let known = id.filter(|id| self.policy.iterative && self.sequences.get(id).is_some_and(|s| !s.waiting));
+        let Some(id) = known else {
+            let e = match p.request.sequence.as_ref() {
+                Some(f) if self.policy.iterative => self.no_start(&f.id),
+                _ => Error::invalid(crate::queue::RESCHEDULE_REFUSED),
+            };
+            return Err(Box::new((p, e)));
+        };
+        if let Some(f) = p.request.sequence.as_mut() {
+            f.start = false;
+            f.end = false;
+        }
+        let now = self.clock.now();
+        p.enqueued = now;
+        let seq = self.sequences.get_mut(&id).expect("checked");
+        seq.ending = false;
+        seq.last_active = now;
+        seq.queue.push_back(p);
+        self.queued += 1;
+        self.reindex(&id);
         self.publish();
         Ok(())
     }
@@ -447,7 +500,11 @@ impl SequenceBatcher {
             let Some(seq) = self.sequences.get_mut(&id).filter(|s| s.in_flight == Some(instance)) else { continue };
             seq.in_flight = None;
             seq.last_active = now;
-            if seq.ending {
+            if self.policy.iterative && !seq.ending && seq.queue.is_empty() {
+                // Its request is done (not handed back to run again): the sequence ends, as
+                // Triton ends an iterative sequence when the backend releases its request.
+                ended.push(id.clone());
+            } else if seq.ending {
                 while seq.queue.front().is_some_and(|p| !p.request.sequence.as_ref().is_some_and(|f| f.start)) {
                     let p = seq.queue.pop_front().expect("checked");
                     let e = Error::invalid(format!(
