@@ -146,9 +146,12 @@ async fn concurrent_iterative_sequences_share_the_batches() {
     let (model, log) = load(policy(true)).await;
     let answers = futures::future::join_all([4, 1, 2].map(|n| run(&model, n, None))).await;
     assert_eq!(answers.into_iter().map(|a| a.unwrap()).collect::<Vec<_>>(), [4, 1, 2]);
-    let log = log.lock().unwrap();
-    assert!(log.iter().any(|batch| batch.len() > 1), "iterations of several sequences batch together: {log:?}");
-    assert_eq!(log.iter().map(Vec::len).sum::<usize>(), 7);
+    let executions = log.lock().unwrap().clone();
+    assert!(
+        executions.iter().any(|batch| batch.len() > 1),
+        "iterations of several sequences batch together: {executions:?}"
+    );
+    assert_eq!(executions.iter().map(Vec::len).sum::<usize>(), 7);
     model.unload().await;
 }
 
