@@ -109,8 +109,8 @@ def test_each_iteration_streams_a_response_and_the_last_the_final_flag_as_triton
 
 def test_concurrent_sequences_interleave_their_iterations(servers):
     """Three requests at once: each is rescheduled behind the others (no priority), so their
-    iterations interleave in the executions on both servers, and each request's responses are
-    the same as Triton's."""
+    iterations interleave, several sequences' iterations share an execution (inflight batching,
+    up to max_batch_size 4) on both servers, and each request's responses are Triton's."""
     tritium, triton = servers
     reqs = [(4, 0, False, False), (2, 0, False, False), (3, 0, False, False)]
     outcome = {}
@@ -119,6 +119,8 @@ def test_concurrent_sequences_interleave_their_iterations(servers):
         outcome[name] = {rid: without(rs, "STEP", "CORR") for rid, rs in per.items()}
         steps = {rid: [r["STEP"] for r in rs] for rid, rs in per.items()}
         assert min(steps["r1"]) < max(steps["r0"]) and min(steps["r2"]) < max(steps["r0"]), (name, steps)
+        shared = set(steps["r0"]) & (set(steps["r1"]) | set(steps["r2"]))
+        assert shared, f"{name}: no execution held two sequences' iterations: {steps}"
         assert len({r["CORR"] for rs in per.values() for r in rs}) == 3, (name, per)
     assert outcome["tritium"] == outcome["triton"]
     assert outcome["tritium"]["r0"] == [

@@ -240,3 +240,91 @@ async fn a_decoupled_iterative_sequence_streams_each_iteration_and_ends_with_the
     settle(|| model.figures.sequence.snapshot() == expected).await;
     model.unload().await;
 }
+
+/// `Stream` for a whole batch: each request of it streams on its own.
+struct BatchedStream {
+    left: HashMap<u64, i32>,
+    again: Vec<usize>,
+    sizes: Log,
+}
+
+impl Backend for BatchedStream {
+    fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        unreachable!("the engine calls execute_decoupled_each")
+    }
+
+    fn execute_decoupled_each(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
+    ) -> Result<Vec<Option<Error>>> {
+        let mut seen = Vec::new();
+        for (i, r) in batch.requests.iter().enumerate() {
+            let f = r.sequence.clone().unwrap();
+            let CorrelationId::U64(id) = f.id else { panic!("numeric ids") };
+            seen.push((id, f.start, f.end));
+            let left = self.left.entry(id).or_insert(i32s(r.input("IN").unwrap())[0]);
+            *left -= 1;
+            let out = *left;
+            if out > 0 {
+                self.again.push(i);
+            } else {
+                self.left.remove(&id);
+            }
+            emit(i, vec![tensor("OUT", out)], out == 0)?;
+        }
+        self.sizes.lock().unwrap().push(seen);
+        Ok(vec![None; batch.requests.len()])
+    }
+
+    fn take_rescheduled(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.again)
+    }
+}
+
+struct BatchedFactory(Log);
+
+impl BackendFactory for BatchedFactory {
+    fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(BatchedStream { left: HashMap::new(), again: Vec::new(), sizes: self.0.clone() }))
+    }
+
+    fn decoupled_batches(&self) -> bool {
+        true
+    }
+}
+
+#[actix_rt::test]
+async fn a_backend_that_takes_decoupled_batches_gets_several_iterations_at_once() {
+    let mut p = policy(true);
+    p.decoupled = true;
+    let log: Log = Arc::default();
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), p, Arc::new(BatchedFactory(log.clone()))).await.unwrap();
+    std::mem::forget(engine);
+    let request = |n: i32| {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        model.submit(req(n, None), Reply::Stream(tx)).unwrap();
+        async move {
+            let mut got = Vec::new();
+            while let Some(resp) = rx.recv().await {
+                let resp = resp.unwrap();
+                got.push((i32s(&resp.outputs[0])[0], resp.is_final));
+                if resp.is_final {
+                    break;
+                }
+            }
+            got
+        }
+    };
+    let (a, b, c) = futures::join!(request(3), request(2), request(1));
+    assert_eq!(a, [(2, false), (1, false), (0, true)]);
+    assert_eq!(b, [(1, false), (0, true)]);
+    assert_eq!(c, [(0, true)]);
+    let executions = log.lock().unwrap().clone();
+    assert!(executions.iter().any(|e| e.len() > 1), "iterations shared an execution: {executions:?}");
+    assert_eq!(executions.iter().map(Vec::len).sum::<usize>(), 6);
+    let stats = model.stats.snapshot();
+    assert_eq!((stats.success.0, stats.execution_count), (6, executions.len() as u64));
+    model.unload().await;
+}

@@ -123,7 +123,8 @@ impl SequenceBatcher {
             model: policy.name.clone(),
             policy: sequence.clone(),
             batched: policy.batches(),
-            // A decoupled model runs one request at a time (its responses stream on their own).
+            // A decoupled model runs one request at a time, unless its backend takes several
+            // (`batch_decoupled`).
             max_batch: if policy.decoupled { 1 } else { policy.max_batch_size.max(1) },
             sequences: HashMap::new(),
             active: 0,
@@ -144,6 +145,12 @@ impl SequenceBatcher {
             clock,
             next_auto_id: 1,
         }
+    }
+
+    /// Lets a decoupled model's requests batch up to `max_batch_size` (its backend runs several
+    /// at once, each streaming on its own).
+    pub fn batch_decoupled(&mut self, policy: &ModelPolicy) {
+        self.max_batch = policy.max_batch_size.max(1);
     }
 
     fn direct(&self) -> bool {

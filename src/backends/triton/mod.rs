@@ -155,6 +155,11 @@ impl TritonFactory {
 }
 
 impl BackendFactory for TritonFactory {
+    /// A backend library takes a decoupled model's requests several at a time, as in Triton.
+    fn decoupled_batches(&self) -> bool {
+        true
+    }
+
     fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
         let kind = match instance.kind {
             InstanceKind::Cpu => abi::INSTANCEGROUPKIND_CPU,
@@ -409,6 +414,15 @@ impl Backend for TritonInstance {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Each request of a decoupled batch streams its own responses and fails on its own.
+    fn execute_decoupled_each(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
+    ) -> Result<Vec<Option<Error>>> {
+        self.run(batch, emit)
     }
 
     /// After a failed batch: is the instance still able to serve? The backend's

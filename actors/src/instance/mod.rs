@@ -4,6 +4,8 @@
 //! stamps the timings that statistics read. A backend panic fails the batch and ends the actor;
 //! the supervisor starts a new one.
 
+mod decoupled;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -49,7 +51,7 @@ pub(crate) struct InstanceActor {
     pub limiter: Option<(Arc<crate::limiter::RateLimiter>, u64)>,
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -214,7 +216,7 @@ fn execute(
     };
 
     if policy.decoupled {
-        return execute_decoupled(env, backend, live, input, compute_start, input_end).map(Some);
+        return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Some);
     }
 
     // Whether each client has gone, for backends that let a running request notice.
@@ -384,113 +386,9 @@ fn execute(
     Ok(None)
 }
 
-/// Runs one request of a decoupled model; returns it when the backend handed it back to run
-/// again (then its final flag waits for the iteration that ends it).
-fn execute_decoupled(
-    env: &InstanceActor,
-    backend: &mut dyn Backend,
-    live: Vec<Pending>,
-    input: BatchInput<'_>,
-    compute_start: Instant,
-    input_end: Instant,
-) -> Result<Vec<Pending>, String> {
-    let policy = &env.policy;
-    let stats = &env.stats;
-    // Decoupled models run one request at a time (the batcher never merges them).
-    let p = live.into_iter().next().expect("a live request");
-    let probe = || p.reply.is_closed();
-    let gone: [&dyn Fn() -> bool; 1] = [&probe];
-    let input = BatchInput { cancelled: &gone, ..input };
-    let mut first_sent = false;
-    let mut last_sent: Option<Instant> = None;
-    // The outputs the backend sent with its final flag: they go out as the final response.
-    let mut final_outputs: Option<Vec<crate::tensor::Tensor>> = None;
-    let mut emit = |mut outputs: Vec<crate::tensor::Tensor>, is_final: bool| -> Result<()> {
-        // A response that carries the state outputs sets the sequence's next state (kept before
-        // the response goes out, as for a non-decoupled model): a decoupled sequence model sends
-        // its state with its last response of the turn.
-        if let Some(ticket) = &p.sequence {
-            ticket.absorb(&mut outputs);
-        }
-        if is_final {
-            final_outputs = Some(outputs);
-            return Ok(());
-        }
-        let now = Instant::now();
-        if !first_sent {
-            first_sent = true;
-            stats.record_first_response(now.saturating_duration_since(p.request.received));
-        }
-        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))?;
-        // Only responses that went out count in the response timing.
-        match last_sent {
-            None => stats.responses.first.record_us(now.saturating_duration_since(p.request.received)),
-            Some(last) => stats.responses.between.record_us(now.saturating_duration_since(last)),
-        }
-        last_sent = Some(now);
-        Ok(())
-    };
-    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled_final(input, &mut emit)));
-    let infer_end = Instant::now();
-    let mut panicked = None;
-    stats.record_execution(1, input_end - compute_start, infer_end - input_end, Duration::ZERO);
-    if matches!(result, Ok(Ok(()))) && !backend.take_rescheduled().is_empty() {
-        let times = ComputeTimes {
-            queue: Duration::ZERO,
-            compute_input: input_end - compute_start,
-            compute_infer: infer_end - input_end,
-            compute_output: Duration::ZERO,
-        };
-        record_iteration(stats, &p, compute_start, times);
-        return Ok(vec![p]);
-    }
-    match result {
-        Ok(Ok(())) => {
-            stats.record_success(&RequestTimes {
-                total: p.request.received.elapsed(),
-                queue: compute_start.saturating_duration_since(p.enqueued),
-                compute_input: input_end - compute_start,
-                compute_infer: infer_end - input_end,
-                compute_output: Duration::ZERO,
-                batch_size: p.batch_size as u64,
-            });
-            stats.pending.fetch_sub(1, Relaxed);
-            if !first_sent {
-                stats.record_first_response(p.request.received.elapsed());
-            }
-            if !p.reply.is_closed() {
-                match last_sent {
-                    // The final flag is the request's first (and only) response.
-                    None => stats.responses.first.record_us(p.request.received.elapsed()),
-                    // A final response with outputs counts as one more response.
-                    Some(last) if final_outputs.is_some() => stats.responses.between.record_us(last.elapsed()),
-                    Some(_) => {}
-                }
-            }
-            if let Some(trace) = &p.request.trace {
-                trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
-                trace.record_at(trace::COMPUTE_END, infer_end);
-            }
-            let outputs = final_outputs.unwrap_or_default();
-            let last = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
-            p.reply.send(Ok(last));
-        }
-        Ok(Err(e)) => p.fail_as(stats, e, FailureReason::Backend),
-        Err(panic) => {
-            let reason = format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*panic));
-            p.fail_as(stats, Error::internal(reason.clone()), FailureReason::Backend);
-            panicked = Some(reason);
-        }
-    }
-    match panicked {
-        Some(r) => Err(r),
-        None => Ok(Vec::new()),
-    }
-}
-
 /// Counts one iteration of a request its backend handed back to run again: an inference that
 /// succeeded, with the compute times of that execution, while the request stays pending.
-fn record_iteration(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
+pub(crate) fn record_iteration(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
     stats.record_success(&RequestTimes {
         total: p.request.received.elapsed(),
         queue: compute_start.saturating_duration_since(p.enqueued),
