@@ -328,3 +328,22 @@ async fn a_backend_that_takes_decoupled_batches_gets_several_iterations_at_once(
     assert_eq!((stats.success.0, stats.execution_count), (6, executions.len() as u64));
     model.unload().await;
 }
+
+#[actix_rt::test]
+async fn a_sequence_whose_client_went_away_ends_at_once() {
+    let mut p = policy(true);
+    p.decoupled = true;
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), p, Arc::new(BatchedFactory(Log::default()))).await.unwrap();
+    std::mem::forget(engine);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    model.submit(req(1_000_000, None), Reply::Stream(tx)).unwrap();
+    assert!(!rx.recv().await.unwrap().unwrap().is_final);
+    drop(rx);
+    // Well within the 5 s idle timeout: the sequence ended with its request.
+    let expected = SequenceSnapshot { slots_used: vec![0], ..Default::default() };
+    settle(|| model.figures.sequence.snapshot() == expected).await;
+    assert_eq!(model.figures.sequence.snapshot(), expected);
+    assert_eq!(model.stats.snapshot().failures.get("CANCELED"), Some(&1), "{:?}", model.stats.snapshot());
+    model.unload().await;
+}

@@ -7,9 +7,11 @@
 //!
 //! Where a sequence may run is in `slots`; its state between requests in `state`; the inputs
 //! added to each of its requests in `inputs`; how the scheduler actor drives it in `queue`; the
-//! table of live conversations it answers watchers with in `table`.
+//! table of live conversations it answers watchers with in `table`; iterative sequences (a
+//! request run again and again) in `iterative`.
 
 mod inputs;
+mod iterative;
 mod queue;
 mod slots;
 pub(crate) mod state;
@@ -28,7 +30,7 @@ use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::policy::{ControlKind, ModelPolicy, SequencePolicy, SequenceStrategy};
 use crate::protocol::{Next, Pending, Refused};
-use crate::request::{CorrelationId, SequenceFlags};
+use crate::request::CorrelationId;
 use crate::tensor::DataType;
 
 #[derive(Debug)]
@@ -321,51 +323,6 @@ impl SequenceBatcher {
         Ok(())
     }
 
-    /// An iterative sequence's request without a correlation ID (none, 0 or "") starts a
-    /// sequence of its own: it gets the next ID of the batcher's count and the START flag
-    /// only, as Triton's iterative sequencer does.
-    fn assign_id(&mut self, p: &mut Pending) {
-        let unset = match &p.request.sequence {
-            None => true,
-            Some(f) => f.id == CorrelationId::U64(0) || f.id == CorrelationId::Str(String::new()),
-        };
-        if unset {
-            let id = CorrelationId::U64(self.next_auto_id);
-            self.next_auto_id += 1;
-            p.request.sequence = Some(SequenceFlags { id, start: true, end: false });
-        }
-    }
-
-    /// An iterative sequence's request the backend handed back after running it: it goes to
-    /// the back of its sequence's queue, without START or END (Triton clears both), and waits
-    /// for a later batch like a request that just arrived (no priority over the others; its
-    /// queue time starts again). Its sequence keeps its slot and state meanwhile.
-    pub fn reschedule(&mut self, mut p: Pending) -> Result<(), Refused> {
-        let id = p.request.sequence.as_ref().map(|f| f.id.clone());
-        let known = id.filter(|id| self.policy.iterative && self.sequences.get(id).is_some_and(|s| !s.waiting));
-        let Some(id) = known else {
-            let e = match p.request.sequence.as_ref() {
-                Some(f) if self.policy.iterative => self.no_start(&f.id),
-                _ => Error::invalid(crate::queue::RESCHEDULE_REFUSED),
-            };
-            return Err(Box::new((p, e)));
-        };
-        if let Some(f) = p.request.sequence.as_mut() {
-            f.start = false;
-            f.end = false;
-        }
-        let now = self.clock.now();
-        p.enqueued = now;
-        let seq = self.sequences.get_mut(&id).expect("checked");
-        seq.ending = false;
-        seq.last_active = now;
-        seq.queue.push_back(p);
-        self.queued += 1;
-        self.reindex(&id);
-        self.publish();
-        Ok(())
-    }
-
     fn no_start(&self, id: &CorrelationId) -> Error {
         Error::invalid(format!("inference request for sequence {id} to model '{}' {NO_START}", self.model))
     }
@@ -622,7 +579,7 @@ impl SequenceBatcher {
             // A backlogged sequence with nothing left to run is dropped.
             if self.sequences.get(&id).is_some_and(|s| s.waiting && s.queue.is_empty()) {
                 self.forget(&id);
-            } else {
+            } else if !self.end_if_done(&id) {
                 self.reindex(&id);
             }
         }
