@@ -246,6 +246,8 @@ struct BatchedStream {
     left: HashMap<u64, i32>,
     again: Vec<usize>,
     sizes: Log,
+    /// Set: the next health check fails (the instance is replaced), once.
+    sick: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Backend for BatchedStream {
@@ -280,13 +282,22 @@ impl Backend for BatchedStream {
     fn take_rescheduled(&mut self) -> Vec<usize> {
         std::mem::take(&mut self.again)
     }
+
+    fn health(&mut self) -> Result<()> {
+        match self.sick.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            true => Err(Error::internal("the instance is gone")),
+            false => Ok(()),
+        }
+    }
 }
 
-struct BatchedFactory(Log);
+#[derive(Default)]
+struct BatchedFactory(Log, Arc<std::sync::atomic::AtomicBool>);
 
 impl BackendFactory for BatchedFactory {
     fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(BatchedStream { left: HashMap::new(), again: Vec::new(), sizes: self.0.clone() }))
+        let sizes = self.0.clone();
+        Ok(Box::new(BatchedStream { left: HashMap::new(), again: Vec::new(), sizes, sick: self.1.clone() }))
     }
 
     fn decoupled_batches(&self) -> bool {
@@ -300,7 +311,8 @@ async fn a_backend_that_takes_decoupled_batches_gets_several_iterations_at_once(
     p.decoupled = true;
     let log: Log = Arc::default();
     let engine = Engine::new();
-    let model = ModelHandle::load(&engine.handle(), p, Arc::new(BatchedFactory(log.clone()))).await.unwrap();
+    let factory = BatchedFactory(log.clone(), Arc::default());
+    let model = ModelHandle::load(&engine.handle(), p, Arc::new(factory)).await.unwrap();
     std::mem::forget(engine);
     let request = |n: i32| {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -334,7 +346,7 @@ async fn a_sequence_whose_client_went_away_ends_at_once() {
     let mut p = policy(true);
     p.decoupled = true;
     let engine = Engine::new();
-    let model = ModelHandle::load(&engine.handle(), p, Arc::new(BatchedFactory(Log::default()))).await.unwrap();
+    let model = ModelHandle::load(&engine.handle(), p, Arc::new(BatchedFactory::default())).await.unwrap();
     std::mem::forget(engine);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     model.submit(req(1_000_000, None), Reply::Stream(tx)).unwrap();
@@ -345,5 +357,29 @@ async fn a_sequence_whose_client_went_away_ends_at_once() {
     settle(|| model.figures.sequence.snapshot() == expected).await;
     assert_eq!(model.figures.sequence.snapshot(), expected);
     assert_eq!(model.stats.snapshot().failures.get("CANCELED"), Some(&1), "{:?}", model.stats.snapshot());
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_rescheduled_request_outlives_the_instance_that_ran_it() {
+    let mut p = policy(true);
+    p.decoupled = true;
+    let factory = BatchedFactory::default();
+    factory.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    let engine = Engine::new();
+    let model = ModelHandle::load(&engine.handle(), p, Arc::new(factory)).await.unwrap();
+    std::mem::forget(engine);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    model.submit(req(2, None), Reply::Stream(tx)).unwrap();
+    let mut got = Vec::new();
+    while let Some(resp) = rx.recv().await {
+        let resp = resp.unwrap();
+        got.push((i32s(&resp.outputs[0])[0], resp.is_final));
+        if resp.is_final {
+            break;
+        }
+    }
+    // The first instance ran iteration 1 and was replaced; the new one (its own count) went on.
+    assert_eq!(got, [(1, false), (1, false), (0, true)]);
     model.unload().await;
 }

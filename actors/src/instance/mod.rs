@@ -128,7 +128,7 @@ fn run(env: &InstanceActor) -> InstanceExit {
                 env.figures.instance(idx).took(batch.iter().map(|p| p.batch_size).sum());
                 let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
                 let started = Instant::now();
-                let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
+                let mut outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
                     Ok(r) => r,
                     Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
                 };
@@ -144,6 +144,13 @@ fn run(env: &InstanceActor) -> InstanceExit {
                     .unwrap_or_else(|p| Err(Error::internal(format!("health check panicked: {}", panic_message(&*p)))));
                 if let Err(e) = health {
                     // The batch was answered; the instance cannot serve more, so it ends here.
+                    // Requests handed back to run again go on in their sequences (on the
+                    // instance that replaces this one).
+                    if let Ok(Some(rescheduled)) = outcome.as_mut().map(std::mem::take) {
+                        if !rescheduled.is_empty() {
+                            env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
+                        }
+                    }
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
                     return InstanceExit::BackendFailed(e);
                 }
