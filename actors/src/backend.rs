@@ -115,6 +115,32 @@ pub trait Backend: Send {
         emit(outputs)
     }
 
+    /// `execute_decoupled`, told which response is the request's last: `emit(outputs, true)`
+    /// is sent as the final response, carrying the final flag (as a backend of Triton's API
+    /// sends a response with `TRITONSERVER_RESPONSE_COMPLETE_FINAL`), instead of an empty final
+    /// response after it. The default marks none final.
+    fn execute_decoupled_final(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(Vec<Tensor>, bool) -> Result<()>,
+    ) -> Result<()> {
+        self.execute_decoupled(batch, &mut |outputs| emit(outputs, false))
+    }
+
+    /// For decoupled models: runs a batch, each request answering through `emit(index,
+    /// outputs, is_final)` as `execute_decoupled_final` does; returns each request's failure
+    /// (an `Err` fails them all). The engine hands several requests at once only to a backend
+    /// whose factory says it takes them (`BackendFactory::decoupled_batches`); the default runs
+    /// the lone request through `execute_decoupled_final`.
+    fn execute_decoupled_each(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
+    ) -> Result<Vec<Option<crate::error::Error>>> {
+        self.execute_decoupled_final(batch, &mut |outputs, is_final| emit(0, outputs, is_final))?;
+        Ok(vec![None])
+    }
+
     /// Asked after every batch: an error says the instance cannot serve any more (a backend
     /// whose worker process died), and the supervisor replaces it with a new one.
     fn health(&mut self) -> Result<()> {
@@ -134,6 +160,14 @@ pub trait Backend: Send {
     /// Triton's do.
     fn backend_report(&mut self) -> Option<BackendReport> {
         None
+    }
+
+    /// After `execute_each` or `execute_decoupled`: the requests of that batch (their indices)
+    /// the backend handed back to run again in a later batch, unanswered (Triton's
+    /// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`, which a backend may use only for an iterative
+    /// sequence model). Their outcomes in that execution are ignored.
+    fn take_rescheduled(&mut self) -> Vec<usize> {
+        Vec::new()
     }
 }
 
@@ -160,6 +194,12 @@ impl BackendReport {
 /// the instance's own thread.
 pub trait BackendFactory: Send + Sync {
     fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>>;
+
+    /// Whether its instances take a decoupled model's requests several at a time
+    /// (`Backend::execute_decoupled_each`); a decoupled model's requests are batched only then.
+    fn decoupled_batches(&self) -> bool {
+        false
+    }
 }
 
 impl<F> BackendFactory for F

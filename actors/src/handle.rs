@@ -128,7 +128,7 @@ impl ModelHandle {
         let stats = Arc::new(ModelStats::default());
         let figures = Arc::new(ModelFigures::new(policy.instances.len()));
         let (p, s, f) = (policy.clone(), stats.clone(), figures.clone());
-        let scheduler = SchedulerAddr::start(engine, p, s, f, clock.clone());
+        let scheduler = SchedulerAddr::start(engine, p, s, f, clock.clone(), factory.decoupled_batches());
         let (tx, rx) = oneshot::channel();
         let (p, s, f, sch, c) = (policy.clone(), stats.clone(), figures.clone(), scheduler.clone(), clock.clone());
         let l = limits.clone();

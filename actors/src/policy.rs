@@ -141,6 +141,11 @@ pub struct SequencePolicy {
     /// longest-idle sequences are evicted (their next request is refused, saying so). None:
     /// no cap.
     pub max_state_bytes: Option<u64>,
+    /// `iterative_sequence`: a request without a correlation ID starts a sequence of its own (an
+    /// ID the batcher assigns), the backend may hand a request back to run again in a later
+    /// batch (Triton's `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`), and the sequence ends when its
+    /// request is done.
+    pub iterative: bool,
 }
 
 /// The default `start_grace`.

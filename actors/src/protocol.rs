@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! ModelHandle --Enqueue--> scheduler --InstanceMsg::Execute--> instance
-//! instance --InstanceIdle--> scheduler
+//! instance --InstanceIdle (and the requests to run again)--> scheduler
 //! instance --InstanceReady / InstanceExited--> supervisor
 //! supervisor --InstanceUp / InstanceDown / Drain--> scheduler
 //! ModelHandle --Stop--> supervisor
@@ -96,6 +96,9 @@ pub struct Enqueue(pub Pending);
 pub struct InstanceIdle {
     pub index: usize,
     pub generation: u64,
+    /// Requests of the batch the backend handed back to run again (iterative sequences),
+    /// unanswered: they go back to their sequences.
+    pub rescheduled: Vec<Pending>,
 }
 
 /// From the supervisor: an instance (re)started and takes work.

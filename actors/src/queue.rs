@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::protocol::{Next, Pending, Refused};
 
+/// Triton's error for a request handed back to run again by a model that is not an iterative
+/// sequence.
+pub const RESCHEDULE_REFUSED: &str =
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag.";
+
 pub trait Queue: Unpin + 'static {
     /// Queues a request, or hands it back with the reason it cannot be queued.
     fn push(&mut self, p: Pending) -> Result<(), Refused>;
@@ -17,6 +22,13 @@ pub trait Queue: Unpin + 'static {
     /// The next batch for the free instance `instance`; `idle`: no instance of the model is
     /// executing.
     fn next(&mut self, instance: usize, now: Instant, idle: bool) -> Next;
+
+    /// Takes back a request its backend handed back after running it, to run it again in a
+    /// later batch (an iterative sequence's next iteration). Only the sequence batcher of an
+    /// iterative sequence model takes one.
+    fn reschedule(&mut self, p: Pending) -> Result<(), Refused> {
+        Err(Box::new((p, Error::invalid(RESCHEDULE_REFUSED))))
+    }
 
     /// An instance finished a batch; returns requests that can no longer run.
     fn finished(&mut self, _instance: usize, _now: Instant) -> Vec<(Pending, Error)> {

@@ -248,6 +248,14 @@ impl<Q: Queue> Handler<Wake> for Scheduler<Q> {
 impl<Q: Queue> Handler<InstanceIdle> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, m: InstanceIdle, ctx: &mut Context<Self>) {
+        // Requests to run again go back to their sequences before the batch's end is seen, so
+        // a sequence with its request rescheduled keeps its slot.
+        for p in m.rescheduled {
+            if let Err(refused) = self.queue.reschedule(p) {
+                let (p, e) = *refused;
+                p.fail(&self.stats, e);
+            }
+        }
         if let Some(s) = self.slots.get_mut(m.index) {
             if s.generation == m.generation {
                 s.busy = false;
@@ -338,17 +346,25 @@ impl SchedulerAddr {
     }
 
     /// Starts the scheduler actor of `policy` on `engine`: the sequence actor for a model with
-    /// `sequence_batching`, else the batcher actor.
+    /// `sequence_batching`, else the batcher actor. `decoupled_batches`: the model's instances
+    /// take a decoupled model's requests several at a time.
     pub fn start(
         engine: &ArbiterHandle,
         policy: Arc<ModelPolicy>,
         stats: Arc<ModelStats>,
         figures: Arc<ModelFigures>,
         clock: SharedClock,
+        decoupled_batches: bool,
     ) -> Self {
         match policy.sequence() {
             Some(seq) => {
-                let queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
+                let mut queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
+                // An iterative sequence's step streams its responses within its execution, so
+                // its requests may share one (Triton's inflight batching); other decoupled
+                // models keep one request per execution, each streaming at its own pace.
+                if decoupled_batches && seq.iterative {
+                    queue.batch_decoupled(&policy);
+                }
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock);
                 let addr = SequenceActor::start_in_arbiter(engine, new);
                 Self { conversations: Some(addr.clone().recipient()), ..Self::of(addr) }

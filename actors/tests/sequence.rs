@@ -72,6 +72,7 @@ fn policy(instances: usize, max_batch: usize, strategy: SequenceStrategy, idle: 
             max_backlog: 2,
             start_grace: GRACE,
             max_state_bytes: None,
+            iterative: false,
         }),
         decoupled: false,
         queue_capacity: policy::DEFAULT_QUEUE_CAPACITY,

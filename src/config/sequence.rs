@@ -128,6 +128,7 @@ pub fn sequence_policy(
         max_backlog,
         start_grace,
         max_state_bytes,
+        iterative: sb.iterative_sequence,
     })
 }
 
@@ -170,8 +171,20 @@ mod tests {
     }
 
     #[test]
+    fn iterative_sequence_is_read_from_the_config() {
+        assert!(seq(r#"{"name":"m","sequence_batching":{"iterative_sequence":true}}"#).unwrap().iterative);
+        let text = crate::config::parse_pbtxt(
+            "name: \"m\" sequence_batching { iterative_sequence: true oldest {} }",
+            std::path::Path::new("config.pbtxt"),
+        );
+        let Some(SchedulingChoice::SequenceBatching(sb)) = text.unwrap().scheduling_choice else { panic!("none") };
+        assert!(sb.iterative_sequence);
+    }
+
+    #[test]
     fn defaults_and_bad_controls() {
         let p = seq(r#"{"name":"m","sequence_batching":{}}"#).unwrap();
+        assert!(!p.iterative);
         assert_eq!(p.strategy, SequenceStrategy::Direct);
         assert_eq!(p.max_idle, Duration::from_secs(1));
         let e = seq(r#"{"name":"m","sequence_batching":{"control_input":[{"name":"S","control":[{"kind":"CONTROL_SEQUENCE_START","int32_false_true":[1]}]}]}}"#)

@@ -7,9 +7,11 @@
 //!
 //! Where a sequence may run is in `slots`; its state between requests in `state`; the inputs
 //! added to each of its requests in `inputs`; how the scheduler actor drives it in `queue`; the
-//! table of live conversations it answers watchers with in `table`.
+//! table of live conversations it answers watchers with in `table`; iterative sequences (a
+//! request run again and again) in `iterative`.
 
 mod inputs;
+mod iterative;
 mod queue;
 mod slots;
 pub(crate) mod state;
@@ -105,6 +107,9 @@ pub struct SequenceBatcher {
     figures: Arc<ModelFigures>,
     /// For the time a request arrives or a sequence gets its slot.
     clock: SharedClock,
+    /// The ID the next request without one starts a sequence under (iterative sequences,
+    /// counting from 1 as Triton does).
+    next_auto_id: u64,
 }
 
 impl SequenceBatcher {
@@ -122,7 +127,9 @@ impl SequenceBatcher {
             model: policy.name.clone(),
             policy: sequence.clone(),
             batched: policy.batches(),
-            max_batch: policy.max_batch_size.max(1),
+            // A decoupled model runs one request at a time, unless its backend takes several
+            // (`batch_decoupled`).
+            max_batch: if policy.decoupled { 1 } else { policy.max_batch_size.max(1) },
             sequences: HashMap::new(),
             active: 0,
             backlog: VecDeque::new(),
@@ -140,7 +147,14 @@ impl SequenceBatcher {
             store: StateStore::new(figures.clone()),
             figures,
             clock,
+            next_auto_id: 1,
         }
+    }
+
+    /// Lets a decoupled model's requests batch up to `max_batch_size` (its backend runs several
+    /// at once, each streaming on its own).
+    pub fn batch_decoupled(&mut self, policy: &ModelPolicy) {
+        self.max_batch = policy.max_batch_size.max(1);
     }
 
     fn direct(&self) -> bool {
@@ -209,7 +223,10 @@ impl SequenceBatcher {
     }
 
     /// Queues a request of a sequence, or hands it back with the reason it cannot be queued.
-    pub fn push(&mut self, p: Pending) -> Result<(), Refused> {
+    pub fn push(&mut self, mut p: Pending) -> Result<(), Refused> {
+        if self.policy.iterative {
+            self.assign_id(&mut p);
+        }
         let Some(flags) = p.request.sequence.clone() else {
             let e = Error::invalid(format!(
                 "inference request to model '{}' must specify a non-zero or non-empty correlation ID",
@@ -449,7 +466,11 @@ impl SequenceBatcher {
             let Some(seq) = self.sequences.get_mut(&id).filter(|s| s.in_flight == Some(instance)) else { continue };
             seq.in_flight = None;
             seq.last_active = now;
-            if seq.ending {
+            if self.policy.iterative && !seq.ending && seq.queue.is_empty() {
+                // Its request is done (not handed back to run again): the sequence ends, as
+                // Triton ends an iterative sequence when the backend releases its request.
+                ended.push(id.clone());
+            } else if seq.ending {
                 while seq.queue.front().is_some_and(|p| !p.request.sequence.as_ref().is_some_and(|f| f.start)) {
                     let p = seq.queue.pop_front().expect("checked");
                     let e = Error::invalid(format!(
@@ -562,7 +583,7 @@ impl SequenceBatcher {
             if self.sequences.get(&id).is_some_and(|s| s.waiting && s.queue.is_empty()) {
                 self.forget(&id);
                 dropped = true;
-            } else {
+            } else if !self.end_if_done(&id) {
                 self.reindex(&id);
             }
         }

@@ -21,6 +21,10 @@ impl Queue for SequenceBatcher {
         SequenceBatcher::next(self, instance, now)
     }
 
+    fn reschedule(&mut self, p: Pending) -> Result<(), Refused> {
+        SequenceBatcher::reschedule(self, p)
+    }
+
     fn finished(&mut self, instance: usize, now: Instant) -> Vec<(Pending, Error)> {
         SequenceBatcher::finished(self, instance, now)
     }

@@ -61,6 +61,11 @@ pub struct HostRequest {
     /// `TRITONBACKEND_RequestIsCancelled` / `ResponseFactoryIsCancelled`, also while its
     /// `execute` is still running.
     pub cancel: Arc<AtomicBool>,
+    /// The model is an iterative sequence (`sequence_batching { iterative_sequence: true }`):
+    /// the backend may release the request with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`, which
+    /// then arrives as `HostEvent::Rescheduled`. Otherwise that release is refused with
+    /// Triton's error.
+    pub reschedulable: bool,
 }
 
 /// What a backend reported of one request (`TRITONBACKEND_ModelInstanceReportStatistics`) or
@@ -116,11 +121,18 @@ pub struct HostResponse {
     pub is_final: bool,
 }
 
-/// What arrives on a request's channel: responses, or flags sent without one.
+/// What arrives on a request's channel: responses, or flags sent without one; and how the
+/// backend released the request when it asked for more than an ordinary release.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HostEvent {
     Response(HostResponse),
     Flags(u32),
+    /// The backend released the request with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` and the
+    /// model allows it: the engine runs the request again in a later batch.
+    Rescheduled,
+    /// The backend asked to reschedule the request and was refused with this error (Triton's
+    /// text); the backend then releases it as usual.
+    RescheduleRefused(HostError),
 }
 
 impl HostEvent {
@@ -128,6 +140,7 @@ impl HostEvent {
         match self {
             HostEvent::Response(r) => r.is_final,
             HostEvent::Flags(f) => f & RESPONSE_COMPLETE_FINAL != 0,
+            HostEvent::Rescheduled | HostEvent::RescheduleRefused(_) => false,
         }
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::abi::*;
 use super::boundary::{borrow, c_string, export, text, write};
 use super::error::Error;
-use super::host::{HostParam, HostRequest};
+use super::host::{HostError, HostEvent, HostParam, HostRequest};
 use super::response::Sink;
 
 /// One input tensor in CPU memory.
@@ -64,6 +64,11 @@ pub struct Request {
     outputs: Vec<CString>,
     /// Never grows after construction, so the value pointers into it stay valid.
     params: Vec<Param>,
+    /// Whether a release with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` is allowed (an iterative
+    /// sequence model).
+    reschedulable: bool,
+    /// The model's name, for the texts of refused reschedules.
+    model: String,
     pub(crate) sink: Arc<Sink>,
 }
 
@@ -111,8 +116,34 @@ impl Request {
                 .collect(),
             outputs: request.outputs.iter().map(|o| c_string(o)).collect(),
             params,
+            reschedulable: request.reschedulable,
+            model: request.model,
             sink,
         }
+    }
+
+    /// Why a release with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` is refused, if it is: as in
+    /// Triton, a model that is not an iterative sequence refuses every reschedule; an iterative
+    /// one refuses it for a request carrying the END flag, whose sequence has ended (Triton's
+    /// enqueue of the rescheduled request then fails with its no-START error).
+    fn reschedule_refusal(&self) -> Option<Error> {
+        if !self.reschedulable {
+            return Some(Error::new(ERROR_INVALID_ARG, RESCHEDULE_REFUSED));
+        }
+        if self.flags & REQUEST_FLAG_SEQUENCE_END != 0 {
+            let id = match &self.correlation {
+                CorrelationId::Number(n) => n.to_string(),
+                CorrelationId::Text(s) => s.to_string_lossy().into_owned(),
+            };
+            return Some(Error::new(
+                ERROR_INVALID_ARG,
+                format!(
+                    "inference request for sequence {id} to model '{}' must specify the START flag on the first request of the sequence",
+                    self.model
+                ),
+            ));
+        }
+        None
     }
 
     fn input(&self, index: u32) -> Result<&Input, Error> {
@@ -274,18 +305,28 @@ export! {
     }
 }
 
+/// Triton's error for a reschedule of a request whose model is not an iterative sequence.
+pub const RESCHEDULE_REFUSED: &str =
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag.";
+
 export! {
     /// Gives the request back: frees it and its inputs (the engine's response channel stays
-    /// open while a response factory of the request lives).
+    /// open while a response factory of the request lives). With
+    /// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` (an iterative sequence) the engine is told to
+    /// run the request again, in a later batch; a refused reschedule leaves the request with the
+    /// backend, which then releases it as usual (Triton's contract).
     fn TRITONBACKEND_RequestRelease(request: *mut Request, release_flags: u32) {
         if request.is_null() {
             return Err(Error::new(ERROR_INVALID_ARG, "request is null"));
         }
         if release_flags & REQUEST_RELEASE_RESCHEDULE != 0 {
-            // The request stays with the backend; Tritium does not reschedule.
-            // Triton allows it only for models configured to handle it (`sequence_batching {
-            // iterative_sequence: true }`), which Tritium does not serve yet; its text.
-            return Err(Error::new(ERROR_INVALID_ARG, "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."));
+            // SAFETY: a live request, not released yet (the header's contract).
+            let r = unsafe { req(request)? };
+            if let Some(refusal) = r.reschedule_refusal() {
+                r.sink.send(HostEvent::RescheduleRefused(HostError::from(refusal.clone())));
+                return Err(refusal);
+            }
+            r.sink.send(HostEvent::Rescheduled);
         }
         // SAFETY: the backend gives back a request made by `Box::into_raw` in `host`, once.
         drop(unsafe { Box::from_raw(request) });
@@ -422,5 +463,63 @@ export! {
             borrow(buffer_attributes, "buffer_attributes")?;
             write(cuda_ipc_handle, std::ptr::null_mut(), "cuda_ipc_handle")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc::{channel, Receiver};
+
+    use super::*;
+    use crate::backend_api::state::States;
+
+    /// A request handed to a backend, and the channel its events arrive on.
+    fn request(reschedulable: bool, flags: u32) -> (*mut Request, Receiver<HostEvent>) {
+        let (tx, rx) = channel();
+        let sink = Arc::new(Sink::new(tx, Arc::new(AtomicBool::new(false)), States::new("m", None)));
+        let host = HostRequest { correlation_id: 9, flags, reschedulable, model: "m".into(), ..Default::default() };
+        (Box::into_raw(Box::new(Request::new(host, sink))), rx)
+    }
+
+    /// Takes an error the export returned.
+    fn taken(e: *mut Error) -> Option<Error> {
+        // SAFETY: null or an error object the export gave up to its caller.
+        unsafe { Error::from_raw(e) }
+    }
+
+    #[test]
+    fn an_iterative_sequence_request_is_rescheduled_and_freed() {
+        let (r, rx) = request(true, REQUEST_FLAG_SEQUENCE_START);
+        // SAFETY: a live request, released once.
+        assert_eq!(taken(unsafe { TRITONBACKEND_RequestRelease(r, REQUEST_RELEASE_RESCHEDULE) }), None);
+        assert_eq!(rx.recv().unwrap(), HostEvent::Rescheduled);
+        assert!(rx.recv().is_err(), "the request was freed: its channel closed");
+    }
+
+    #[test]
+    fn a_reschedule_is_refused_with_tritons_text_where_the_model_does_not_iterate() {
+        let (r, rx) = request(false, REQUEST_FLAG_SEQUENCE_START);
+        // SAFETY: a live request; the refused release leaves it with the caller.
+        let e = taken(unsafe { TRITONBACKEND_RequestRelease(r, REQUEST_RELEASE_RESCHEDULE) }).unwrap();
+        assert_eq!((e.code, e.message()), (ERROR_INVALID_ARG, RESCHEDULE_REFUSED));
+        let HostEvent::RescheduleRefused(refusal) = rx.recv().unwrap() else { panic!("no refusal event") };
+        assert_eq!(refusal.message, RESCHEDULE_REFUSED);
+        // SAFETY: the request is still the caller's; released once.
+        assert_eq!(taken(unsafe { TRITONBACKEND_RequestRelease(r, REQUEST_RELEASE_ALL) }), None);
+        assert!(rx.recv().is_err());
+    }
+
+    #[test]
+    fn a_request_that_ended_its_sequence_cannot_be_rescheduled() {
+        let (r, _rx) = request(true, REQUEST_FLAG_SEQUENCE_START | REQUEST_FLAG_SEQUENCE_END);
+        // SAFETY: a live request; the refused release leaves it with the caller.
+        let e = taken(unsafe { TRITONBACKEND_RequestRelease(r, REQUEST_RELEASE_RESCHEDULE) }).unwrap();
+        assert_eq!(
+            e.message(),
+            "inference request for sequence 9 to model 'm' must specify the START flag on the first request of the sequence"
+        );
+        // SAFETY: released once.
+        assert_eq!(taken(unsafe { TRITONBACKEND_RequestRelease(r, REQUEST_RELEASE_ALL) }), None);
     }
 }

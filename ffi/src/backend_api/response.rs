@@ -40,7 +40,7 @@ impl Sink {
         self.cancelled.load(Ordering::Relaxed)
     }
 
-    fn send(&self, event: HostEvent) {
+    pub(crate) fn send(&self, event: HostEvent) {
         // The engine stops reading once it has the final response or gave up on the request;
         // what comes after that has nowhere to go.
         let _ = self.tx.send(event);

@@ -116,6 +116,8 @@ pub struct TritonFactory {
     outputs: Vec<String>,
     /// The implicit sequence states' output names, `None` without a state configuration.
     states: Option<Vec<String>>,
+    /// `sequence_batching { iterative_sequence: true }`: the backend may reschedule requests.
+    iterative: bool,
 }
 
 impl TritonFactory {
@@ -146,11 +148,18 @@ impl TritonFactory {
             }
             _ => None,
         };
-        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs, states })
+        let iterative = matches!(&config.scheduling_choice,
+            Some(SchedulingChoice::SequenceBatching(sb)) if sb.iterative_sequence);
+        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs, states, iterative })
     }
 }
 
 impl BackendFactory for TritonFactory {
+    /// A backend library takes a decoupled model's requests several at a time, as in Triton.
+    fn decoupled_batches(&self) -> bool {
+        true
+    }
+
     fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
         let kind = match instance.kind {
             InstanceKind::Cpu => abi::INSTANCEGROUPKIND_CPU,
@@ -173,8 +182,10 @@ impl BackendFactory for TritonFactory {
             decoupled: self.decoupled,
             outputs: self.outputs.clone(),
             states: self.states.clone(),
+            iterative: self.iterative,
             failure: None,
             report: None,
+            rescheduled: Vec::new(),
         }))
     }
 }
@@ -189,10 +200,14 @@ pub struct TritonInstance {
     decoupled: bool,
     outputs: Vec<String>,
     states: Option<Vec<String>>,
+    iterative: bool,
     /// The first failure since the last health check.
     failure: Option<Error>,
     /// What the backend reported of the last execution's statistics.
     report: Option<BackendReport>,
+    /// The requests of the last execution the backend released with
+    /// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` (their indices).
+    rescheduled: Vec<usize>,
 }
 
 impl TritonInstance {
@@ -200,11 +215,11 @@ impl TritonInstance {
     /// final flag, giving `emit` the request index and each response's outputs. Returns each
     /// request's failure (a response carrying an error, a request released without a final
     /// response, or none before the request's timeout); a failure of `execute` itself fails
-    /// them all.
+    /// them all. The requests the backend rescheduled are noted in `rescheduled`.
     fn run(
         &mut self,
         batch: BatchInput<'_>,
-        emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
     ) -> Result<Vec<Option<Error>>> {
         let outputs = if batch.outputs.is_empty() { &self.outputs[..] } else { batch.outputs };
         let deadlines = convert::deadlines(&batch);
@@ -212,7 +227,9 @@ impl TritonInstance {
         for r in &mut requests {
             r.model.clone_from(&self.model);
             r.state_outputs.clone_from(&self.states);
+            r.reschedulable = self.iterative;
         }
+        self.rescheduled.clear();
         let flags: Vec<_> = requests.iter().map(|r| r.cancel.clone()).collect();
         let watch = || executor::mark_gone(batch.cancelled, &flags);
         let deadline = deadlines.iter().flatten().min().copied();
@@ -231,7 +248,10 @@ impl TritonInstance {
         let mut failures = Vec::with_capacity(pending.len());
         let mut report = BackendReport::default();
         for (index, (p, deadline)) in pending.into_iter().zip(deadlines).enumerate() {
-            let failure = self.responses(index, &p, deadline, watch, emit);
+            let (failure, rescheduled) = self.responses(index, &p, deadline, watch, emit);
+            if rescheduled {
+                self.rescheduled.push(index);
+            }
             if let Some(e) = &failure {
                 self.failure.get_or_insert(e.clone());
             }
@@ -244,20 +264,25 @@ impl TritonInstance {
         Ok(failures)
     }
 
-    /// Reads one request's responses until its final flag; its failure, if any. While it waits,
-    /// `watch` runs every `CANCEL_POLL`: it marks cancelled the batch's requests whose client has
-    /// gone, which the backend sees (`TRITONBACKEND_RequestIsCancelled`, a model.py's
-    /// `request.is_cancelled()`) and decides how to end, as in Triton.
+    /// Reads one request's responses until its final flag; its failure, if any, and whether
+    /// the backend rescheduled it (released it with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`:
+    /// its responses of this iteration are read until the backend holds nothing of it, and it
+    /// owes no final flag yet). While it waits, `watch` runs every `CANCEL_POLL`: it marks
+    /// cancelled the batch's requests whose client has gone, which the backend sees
+    /// (`TRITONBACKEND_RequestIsCancelled`, a model.py's `request.is_cancelled()`) and decides
+    /// how to end, as in Triton.
     fn responses(
         &self,
         index: usize,
         p: &host::Pending,
         deadline: Option<Instant>,
         watch: Option<&dyn Fn()>,
-        emit: &mut dyn FnMut(usize, Vec<Tensor>) -> Result<()>,
-    ) -> Option<Error> {
+        emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
+    ) -> (Option<Error>, bool) {
         let mut failure = None;
         let mut responses = 0usize;
+        let mut rescheduled = false;
+        let mut refusal: Option<String> = None;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let event = match (left, watch) {
@@ -273,35 +298,54 @@ impl TritonInstance {
             }
             let event = match event {
                 Ok(event) => event,
+                Err(RecvTimeoutError::Disconnected) if rescheduled => return (failure, true),
                 Err(RecvTimeoutError::Disconnected) => {
-                    return failure.or(Some(Error::internal(format!(
-                        "model '{}': the backend released the request without a final response ({responses} responses sent)",
-                        self.model
-                    ))));
+                    // A refused reschedule says why (Triton's text; Triton itself only logs it and
+                    // leaves the client waiting).
+                    let why = refusal.map(|r| format!(": {r}")).unwrap_or_default();
+                    return (
+                        failure.or(Some(Error::internal(format!(
+                            "model '{}': the backend released the request without a final response ({responses} responses sent){why}",
+                            self.model
+                        )))),
+                        false,
+                    );
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     // The backend keeps the request; whatever it sends later goes nowhere.
                     p.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
-                    return failure.or(Some(Error::unavailable(format!(
-                        "model '{}': the backend sent no final response within the request's timeout ({responses} responses sent)",
-                        self.model
-                    ))));
+                    return (
+                        failure.or(Some(Error::unavailable(format!(
+                            "model '{}': the backend sent no final response within the request's timeout ({responses} responses sent)",
+                            self.model
+                        )))),
+                        false,
+                    );
                 }
             };
             let is_final = event.is_final();
+            match &event {
+                HostEvent::Rescheduled => rescheduled = true,
+                HostEvent::RescheduleRefused(e) => {
+                    tracing::error!("model '{}': failed to release request: {e}", self.model);
+                    refusal = Some(e.message.clone());
+                }
+                _ => {}
+            }
             if let HostEvent::Response(r) = event {
                 responses += 1;
                 if let Some(e) = r.error {
                     failure.get_or_insert(convert::error(e));
                 } else if failure.is_none() && (!r.outputs.is_empty() || !self.decoupled || !is_final) {
                     let outputs = r.outputs.into_iter().map(convert::tensor).collect::<Result<_>>();
-                    if let Err(e) = outputs.and_then(|o| emit(index, o)) {
+                    if let Err(e) = outputs.and_then(|o| emit(index, o, is_final)) {
                         failure.get_or_insert(e);
                     }
                 }
             }
             if is_final {
-                return failure;
+                // A final response ends the request, even one the backend also rescheduled.
+                return (failure, false);
             }
         }
     }
@@ -320,7 +364,7 @@ impl Backend for TritonInstance {
         let count = batch.requests.len().max(1);
         let mut outputs: Vec<Option<Result<Vec<Tensor>>>> = vec![None; count];
         let model = self.model.clone();
-        let failures = self.run(batch, &mut |index, o| {
+        let failures = self.run(batch, &mut |index, o, _| {
             if outputs[index].replace(Ok(o)).is_some() {
                 return Err(Error::internal(format!(
                     "model '{model}' sent more than one response to a request, which only a decoupled model may do"
@@ -331,8 +375,11 @@ impl Backend for TritonInstance {
         Ok(outputs
             .into_iter()
             .zip(failures)
-            .map(|(o, failure)| match failure {
+            .enumerate()
+            .map(|(i, (o, failure))| match failure {
                 Some(e) => Err(e),
+                // Rescheduled: it answers in a later iteration.
+                None if self.rescheduled.contains(&i) => Ok(Vec::new()),
                 None => o.unwrap_or_else(|| {
                     Err(Error::internal(format!("model '{}': the backend sent no response", self.model)))
                 }),
@@ -344,15 +391,38 @@ impl Backend for TritonInstance {
         self.report.take()
     }
 
+    fn take_rescheduled(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.rescheduled)
+    }
+
     fn execute_decoupled(
         &mut self,
         batch: BatchInput<'_>,
         emit: &mut dyn FnMut(Vec<Tensor>) -> Result<()>,
     ) -> Result<()> {
-        match self.run(batch, &mut |_, o| emit(o))?.into_iter().flatten().next() {
+        self.execute_decoupled_final(batch, &mut |o, _| emit(o))
+    }
+
+    /// A response the backend sent with the final flag and outputs is the final response, as
+    /// Triton sends it (not a response followed by an empty final one).
+    fn execute_decoupled_final(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(Vec<Tensor>, bool) -> Result<()>,
+    ) -> Result<()> {
+        match self.run(batch, &mut |_, o, is_final| emit(o, is_final))?.into_iter().flatten().next() {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Each request of a decoupled batch streams its own responses and fails on its own.
+    fn execute_decoupled_each(
+        &mut self,
+        batch: BatchInput<'_>,
+        emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
+    ) -> Result<Vec<Option<Error>>> {
+        self.run(batch, emit)
     }
 
     /// After a failed batch: is the instance still able to serve? The backend's

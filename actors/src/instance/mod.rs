@@ -4,6 +4,8 @@
 //! stamps the timings that statistics read. A backend panic fails the batch and ends the actor;
 //! the supervisor starts a new one.
 
+mod decoupled;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -49,7 +51,7 @@ pub(crate) struct InstanceActor {
     pub limiter: Option<(Arc<crate::limiter::RateLimiter>, u64)>,
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -126,7 +128,7 @@ fn run(env: &InstanceActor) -> InstanceExit {
                 env.figures.instance(idx).took(batch.iter().map(|p| p.batch_size).sum());
                 let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
                 let started = Instant::now();
-                let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
+                let mut outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
                     Ok(r) => r,
                     Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
                 };
@@ -142,11 +144,18 @@ fn run(env: &InstanceActor) -> InstanceExit {
                     .unwrap_or_else(|p| Err(Error::internal(format!("health check panicked: {}", panic_message(&*p)))));
                 if let Err(e) = health {
                     // The batch was answered; the instance cannot serve more, so it ends here.
+                    // Requests handed back to run again go on in their sequences (on the
+                    // instance that replaces this one).
+                    if let Ok(Some(rescheduled)) = outcome.as_mut().map(std::mem::take) {
+                        if !rescheduled.is_empty() {
+                            env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
+                        }
+                    }
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
                     return InstanceExit::BackendFailed(e);
                 }
-                if !matches!(outcome, Ok(true)) {
-                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation });
+                if let Ok(Some(rescheduled)) = outcome {
+                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
                 }
             }
         }
@@ -156,9 +165,14 @@ fn run(env: &InstanceActor) -> InstanceExit {
 }
 
 /// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already
-/// answered); `Ok(true)` when the scheduler was already told the instance is free (just before
-/// the answers went out, so a client's next request finds it free).
-fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<bool, String> {
+/// answered); `Ok(None)` when the scheduler was already told the instance is free (just before
+/// the answers went out, so a client's next request finds it free); else `Ok(Some(requests))`:
+/// the scheduler is to be told, with the requests the backend handed back to run again.
+fn execute(
+    env: &InstanceActor,
+    backend: &mut dyn Backend,
+    batch: Vec<Pending>,
+) -> Result<Option<Vec<Pending>>, String> {
     let policy = &env.policy;
     let stats = &env.stats;
     let compute_start = Instant::now();
@@ -168,7 +182,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         p.fail(stats, Error::cancelled("the client cancelled the request"));
     }
     if live.is_empty() {
-        return Ok(false);
+        return Ok(Some(Vec::new()));
     }
     let sizes: Vec<usize> = live.iter().map(|p| p.batch_size).collect();
     let total: usize = sizes.iter().sum();
@@ -189,7 +203,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             for p in live {
                 p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
-            return Ok(false);
+            return Ok(Some(Vec::new()));
         }
     };
     let input_end = Instant::now();
@@ -209,7 +223,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     };
 
     if policy.decoupled {
-        return execute_decoupled(env, backend, live, input, compute_start, input_end).map(|()| false);
+        return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Some);
     }
 
     // Whether each client has gone, for backends that let a running request notice.
@@ -221,6 +235,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     drop(gone);
     drop(probes);
     let infer_end = Instant::now();
+    let again = if result.is_ok() { backend.take_rescheduled() } else { Vec::new() };
     let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));
     let reported = if live.len() == 1 && all_ok { backend.reported_times() } else { None };
     let report = backend.backend_report().unwrap_or_default();
@@ -270,16 +285,23 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             }
             return match panicked {
                 Some(reason) => Err(reason),
-                None => Ok(false),
+                None => Ok(Some(Vec::new())),
             };
         }
     };
     // Each request has its own outcome: one that failed is answered with its error, the
     // others with their outputs (as Triton answers a dynamic batch request by request).
     let mut failed = Vec::new();
+    let mut rescheduled = Vec::new();
     let mut answers: Vec<(Pending, Vec<crate::tensor::Tensor>, Option<Own>)> = Vec::with_capacity(live.len());
     for (i, (p, outcome)) in live.into_iter().zip(outcomes).enumerate() {
         let own = report.requests.get(i).copied().flatten();
+        if again.contains(&i) {
+            // Handed back to run again: unanswered; this execution counts as one of its
+            // inferences (as Triton counts each iteration of an iterative sequence).
+            rescheduled.push((p, own));
+            continue;
+        }
         let mut outputs = match outcome {
             Ok(outputs) => outputs,
             Err(e) => {
@@ -299,9 +321,25 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         answers.push((p, outputs, own));
     }
     let output_end = count_execution();
+    let rescheduled = rescheduled
+        .into_iter()
+        .map(|(p, own)| {
+            let times = match own {
+                Some((_, r)) => r,
+                None => ComputeTimes {
+                    queue: Duration::ZERO,
+                    compute_input: input_end - compute_start,
+                    compute_infer: infer_end - input_end,
+                    compute_output: output_end - infer_end,
+                },
+            };
+            record_iteration(stats, &p, compute_start, times);
+            p
+        })
+        .collect();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
-    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation });
+    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation, rescheduled });
     for (p, e, own) in failed {
         match own {
             // The backend counted the request a success although it answered an error (as
@@ -352,87 +390,20 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         response.times = Some(times);
         p.reply.send(Ok(response));
     }
-    Ok(true)
+    Ok(None)
 }
 
-fn execute_decoupled(
-    env: &InstanceActor,
-    backend: &mut dyn Backend,
-    live: Vec<Pending>,
-    input: BatchInput<'_>,
-    compute_start: Instant,
-    input_end: Instant,
-) -> Result<(), String> {
-    let policy = &env.policy;
-    let stats = &env.stats;
-    // Decoupled models run one request at a time (the batcher never merges them).
-    let p = live.into_iter().next().expect("a live request");
-    let probe = || p.reply.is_closed();
-    let gone: [&dyn Fn() -> bool; 1] = [&probe];
-    let input = BatchInput { cancelled: &gone, ..input };
-    let mut first_sent = false;
-    let mut last_sent: Option<Instant> = None;
-    let mut emit = |mut outputs: Vec<crate::tensor::Tensor>| -> Result<()> {
-        // A response that carries the state outputs sets the sequence's next state (kept before
-        // the response goes out, as for a non-decoupled model): a decoupled sequence model sends
-        // its state with its last response of the turn.
-        if let Some(ticket) = &p.sequence {
-            ticket.absorb(&mut outputs);
-        }
-        let now = Instant::now();
-        if !first_sent {
-            first_sent = true;
-            stats.record_first_response(now.saturating_duration_since(p.request.received));
-        }
-        p.reply.send_partial(backend::response(&p.request.id, &policy.name, policy.version, outputs, false))?;
-        // Only responses that went out count in the response timing.
-        match last_sent {
-            None => stats.responses.first.record_us(now.saturating_duration_since(p.request.received)),
-            Some(last) => stats.responses.between.record_us(now.saturating_duration_since(last)),
-        }
-        last_sent = Some(now);
-        Ok(())
-    };
-    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_decoupled(input, &mut emit)));
-    let infer_end = Instant::now();
-    let mut panicked = None;
-    stats.record_execution(1, input_end - compute_start, infer_end - input_end, Duration::ZERO);
-    match result {
-        Ok(Ok(())) => {
-            stats.record_success(&RequestTimes {
-                total: p.request.received.elapsed(),
-                queue: compute_start.saturating_duration_since(p.enqueued),
-                compute_input: input_end - compute_start,
-                compute_infer: infer_end - input_end,
-                compute_output: Duration::ZERO,
-                batch_size: p.batch_size as u64,
-            });
-            stats.pending.fetch_sub(1, Relaxed);
-            if !first_sent {
-                stats.record_first_response(p.request.received.elapsed());
-            }
-            if last_sent.is_none() && !p.reply.is_closed() {
-                // The final flag is the request's first (and only) response.
-                stats.responses.first.record_us(p.request.received.elapsed());
-            }
-            if let Some(trace) = &p.request.trace {
-                trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
-                trace.record_at(trace::COMPUTE_END, infer_end);
-            }
-            let last = backend::response(&p.request.id, &policy.name, policy.version, Vec::new(), true);
-            p.reply.send(Ok(last));
-        }
-        Ok(Err(e)) => p.fail_as(stats, e, FailureReason::Backend),
-        Err(panic) => {
-            let reason = format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*panic));
-            p.fail_as(stats, Error::internal(reason.clone()), FailureReason::Backend);
-            panicked = Some(reason);
-        }
-    }
-    match panicked {
-        Some(r) => Err(r),
-        None => Ok(()),
-    }
+/// Counts one iteration of a request its backend handed back to run again: an inference that
+/// succeeded, with the compute times of that execution, while the request stays pending.
+pub(crate) fn record_iteration(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
+    stats.record_success(&RequestTimes {
+        total: p.request.received.elapsed(),
+        queue: compute_start.saturating_duration_since(p.enqueued),
+        compute_input: r.compute_input,
+        compute_infer: r.compute_infer,
+        compute_output: r.compute_output,
+        batch_size: p.batch_size as u64,
+    });
 }
 
 /// What a backend reported of one request: whether it counts as a success, its compute times.
