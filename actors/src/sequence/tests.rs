@@ -33,6 +33,7 @@ fn policies() -> (ModelPolicy, SequencePolicy) {
         max_backlog: 100_000,
         start_grace: Duration::ZERO,
         max_state_bytes: None,
+        iterative: false,
     };
     let model = ModelPolicy {
         name: "acc".into(),
