@@ -8,11 +8,13 @@
 //! Where a sequence may run is in `slots`; its state between requests in `state`; the inputs
 //! added to each of its requests in `inputs`; how the scheduler actor drives it in `queue`; the
 //! table of live conversations it answers watchers with in `table`; iterative sequences (a
-//! request run again and again) in `iterative`.
+//! request run again and again) in `iterative`; what it gives back (idle and evicted sequences,
+//! cancelled requests, stale backlog entries) in `reclaim`.
 
 mod inputs;
 mod iterative;
 mod queue;
+mod reclaim;
 mod slots;
 pub(crate) mod state;
 pub mod table;
@@ -494,43 +496,6 @@ impl SequenceBatcher {
         failed
     }
 
-    /// While the state held is over `max_state_bytes`, evicts the idle sequences holding
-    /// state, longest idle first; each eviction is remembered so the sequence's next request
-    /// is refused saying why. Sequences running or with a request queued are never evicted.
-    fn evict_over_cap(&mut self) {
-        let Some(cap) = self.policy.max_state_bytes else { return };
-        let mut held = self.store.bytes();
-        if held <= cap {
-            return;
-        }
-        let mut victims = Vec::new();
-        for id in self.idle.values() {
-            if held <= cap {
-                break;
-            }
-            let bytes = self.store.bytes_of(id);
-            if bytes > 0 {
-                held -= bytes;
-                victims.push(id.clone());
-            }
-        }
-        for id in victims {
-            tracing::info!(
-                "sequence {id} of model '{}' evicted: the implicit state held is over max_sequence_state_bytes ({cap})",
-                self.model
-            );
-            self.figures.sequence.eviction();
-            self.release(&id);
-            if self.evicted.insert(id.clone()) {
-                self.evicted_order.push_back(id);
-                while self.evicted_order.len() > EVICTED_REMEMBERED {
-                    let old = self.evicted_order.pop_front().expect("non-empty");
-                    self.evicted.remove(&old);
-                }
-            }
-        }
-    }
-
     /// The instance died: its running requests were answered with an error and changed no
     /// state, so its sequences go on from their last state (an END that failed can be sent
     /// again).
@@ -541,74 +506,6 @@ impl SequenceBatcher {
             seq.in_flight = None;
             seq.ending = false;
             self.reindex(&id);
-        }
-    }
-
-    /// Frees the slots of sequences idle past `max_sequence_idle_microseconds`: the idle
-    /// sequences are ordered by their last activity, so only the expired ones are visited.
-    pub fn expire_idle(&mut self, now: Instant) {
-        if self.policy.max_idle.is_zero() {
-            return;
-        }
-        while let Some((&(last, _), id)) = self.idle.first_key_value() {
-            if now.saturating_duration_since(last) < self.policy.max_idle {
-                break;
-            }
-            let id = id.clone();
-            tracing::debug!("sequence {id} of model '{}' idle: its slot is freed", self.model);
-            self.figures.sequence.idle_release();
-            self.release(&id);
-        }
-        self.publish();
-    }
-
-    /// Removes queued requests whose client has gone. It visits every queued request: the
-    /// scheduler calls it at most every few milliseconds, not on every turn.
-    pub fn take_cancelled(&mut self) -> Vec<Pending> {
-        let mut gone = Vec::new();
-        let mut touched = Vec::new();
-        for (id, s) in self.sequences.iter_mut() {
-            if !s.queue.iter().any(|p| p.reply.is_closed()) {
-                continue;
-            }
-            let (g, keep): (VecDeque<Pending>, VecDeque<Pending>) =
-                s.queue.drain(..).partition(|p| p.reply.is_closed());
-            s.queue = keep;
-            gone.extend(g);
-            touched.push(id.clone());
-        }
-        let mut dropped = false;
-        for id in touched {
-            // A backlogged sequence with nothing left to run is dropped.
-            if self.sequences.get(&id).is_some_and(|s| s.waiting && s.queue.is_empty()) {
-                self.forget(&id);
-                dropped = true;
-            } else if !self.end_if_done(&id) {
-                self.reindex(&id);
-            }
-        }
-        if dropped {
-            self.compact();
-        }
-        let (g, keep): (VecDeque<_>, VecDeque<_>) = self.orphans.drain(..).partition(|(_, p, _)| p.reply.is_closed());
-        self.orphans = keep;
-        gone.extend(g.into_iter().map(|(_, p, _)| p));
-        self.queued -= gone.len();
-        self.publish();
-        gone
-    }
-
-    /// Drops the backlog's entries of sequences no longer waiting, and gives back the room of
-    /// tables that emptied: a burst of STARTs whose clients all cancelled leaves nothing behind
-    /// (the entries would otherwise stay until a slot frees, and pile up with every burst).
-    fn compact(&mut self) {
-        let sequences = &self.sequences;
-        self.backlog.retain(|(order, id)| sequences.get(id).is_some_and(|s| s.waiting && s.order == *order));
-        if self.backlog.capacity() > 4 * self.backlog.len().max(64) {
-            self.backlog.shrink_to_fit();
-        }
-        if self.sequences.capacity() > 4 * self.sequences.len().max(64) {
-            self.sequences.shrink_to_fit();
         }
     }
 
