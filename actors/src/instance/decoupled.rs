@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::{panic_message, record_iteration, InstanceActor};
+use super::{panic_message, record_reported_success, InstanceActor};
 use crate::backend::{self, Backend, BatchInput};
 use crate::error::{Error, Result};
 use crate::protocol::Pending;
@@ -108,7 +108,7 @@ pub(crate) fn execute(
             continue;
         }
         if again.contains(&i) {
-            record_iteration(stats, &p, compute_start, compute);
+            record_reported_success(stats, &p, compute_start, compute);
             rescheduled.push(p);
             continue;
         }

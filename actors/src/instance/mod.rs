@@ -333,7 +333,7 @@ fn execute(
                     compute_output: output_end - infer_end,
                 },
             };
-            record_iteration(stats, &p, compute_start, times);
+            record_reported_success(stats, &p, compute_start, times);
             p
         })
         .collect();
@@ -393,9 +393,9 @@ fn execute(
     Ok(None)
 }
 
-/// Counts one iteration of a request its backend handed back to run again: an inference that
-/// succeeded, with the compute times of that execution, while the request stays pending.
-pub(crate) fn record_iteration(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
+/// Counts as a success, with the compute times the backend reported, a request it answered, or
+/// one iteration of a request its backend handed back to run again (the request stays pending).
+pub(crate) fn record_reported_success(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
     stats.record_success(&RequestTimes {
         total: p.request.received.elapsed(),
         queue: compute_start.saturating_duration_since(p.enqueued),
@@ -408,15 +408,3 @@ pub(crate) fn record_iteration(stats: &ModelStats, p: &Pending, compute_start: I
 
 /// What a backend reported of one request: whether it counts as a success, its compute times.
 type Own = (bool, ComputeTimes);
-
-/// Counts as a success, with the compute times the backend reported, a request it answered.
-fn record_reported_success(stats: &ModelStats, p: &Pending, compute_start: Instant, r: ComputeTimes) {
-    stats.record_success(&RequestTimes {
-        total: p.request.received.elapsed(),
-        queue: compute_start.saturating_duration_since(p.enqueued),
-        compute_input: r.compute_input,
-        compute_infer: r.compute_infer,
-        compute_output: r.compute_output,
-        batch_size: p.batch_size as u64,
-    });
-}
