@@ -6,7 +6,7 @@
 #[allow(unused_imports)]
 use super::{
     error::*, inprocess::request::*, inprocess::response::*, inprocess::*, message::*, metrics::*, model::*,
-    request::*, response::*, server::*, state::*,
+    request::*, response::*, state::*, trace::*,
 };
 
 /// The exported functions' addresses.
@@ -107,6 +107,7 @@ pub fn table() -> Vec<*const ()> {
         TRITONSERVER_InferenceResponseOutput as *const (),
         TRITONSERVER_InferenceResponseOutputCount as *const (),
         TRITONSERVER_InferenceTraceContext as *const (),
+        TRITONSERVER_InferenceTraceDelete as *const (),
         TRITONSERVER_InferenceTraceSpawnChildTrace as *const (),
         TRITONSERVER_InstanceGroupKindString as *const (),
         TRITONSERVER_LogMessage as *const (),

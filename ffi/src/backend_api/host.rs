@@ -66,6 +66,8 @@ pub struct HostRequest {
     /// then arrives as `HostEvent::Rescheduled`. Otherwise that release is refused with
     /// Triton's error.
     pub reschedulable: bool,
+    /// The request's trace, when the trace settings sampled it (`TRITONBACKEND_RequestTrace`).
+    pub trace: Option<super::trace::HostTrace>,
 }
 
 /// What a backend reported of one request (`TRITONBACKEND_ModelInstanceReportStatistics`) or
@@ -320,7 +322,8 @@ impl LoadedInstance {
             let (tx, rx) = channel();
             let cancel = r.cancel.clone();
             let states = States::new(&r.model, r.state_outputs.take());
-            let sink = Arc::new(Sink::new(tx, cancel.clone(), states));
+            let trace = r.trace.take().map(super::trace::InferenceTrace::of_request);
+            let sink = Arc::new(Sink::new(tx, cancel.clone(), states, trace));
             let report = sink.report.clone();
             raw.push(Box::into_raw(Box::new(Request::new(r, sink))));
             pending.push(Pending { events: rx, cancel, report });

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use tritium_actors::{BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, Result, Tensor};
-use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor, ReportedStats};
+use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor, HostTrace, ReportedStats};
 
 fn host_tensors(tensors: &[Tensor]) -> Vec<HostTensor> {
     tensors
@@ -55,6 +55,9 @@ fn from_request(mut r: HostRequest, request: Option<&InferRequest>) -> HostReque
     if let Some(req) = request {
         r.id = req.id.clone();
         r.timeout_us = req.timeout_us;
+        // A traced request's trace goes to the backend (opaque to it), and comes back on the
+        // requests it makes with it (BLS), whose traces become its children.
+        r.trace = req.trace.clone().map(|t| HostTrace { trace: t, context: String::new() });
         r.parameters = req
             .parameters
             .iter()
