@@ -247,6 +247,7 @@ impl LoadedBackend {
             state: AtomicPtr::new(std::ptr::null_mut()),
             initialized: AtomicBool::new(false),
             backend: self.0.clone(),
+            response_stats: Default::default(),
         });
         if let Some(init) = self.0.library.model_initialize {
             // SAFETY: the backend's entry point with a model object that `model` keeps alive.
@@ -274,6 +275,12 @@ pub struct InstanceSpec {
 pub struct LoadedInstance(Arc<Instance>);
 
 impl LoadedModel {
+    /// Sends the responses the backend reports (`TRITONBACKEND_ModelInstanceReportResponseStatistics`)
+    /// to `sink`; only the first call has effect. Without one, reports are accepted and dropped.
+    pub fn on_response_statistics(&self, sink: super::response_stats::ResponseStatsSink) {
+        let _ = self.0.response_stats.set(sink);
+    }
+
     /// The model config as the backend left it (after auto-complete), as JSON.
     pub fn config_json(&self) -> String {
         String::from_utf8_lossy(&self.0.config.lock().map(|c| c.clone()).unwrap_or_default()).into_owned()

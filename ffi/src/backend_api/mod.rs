@@ -24,6 +24,7 @@ mod metrics;
 mod model;
 mod request;
 mod response;
+mod response_stats;
 mod state;
 mod trace;
 
@@ -34,4 +35,5 @@ pub use host::{
 pub use inprocess::{set_inference_server, EventSink, InProcessEvent, InProcessRequest, InferenceServer};
 /// Custom metrics of backends in Prometheus text, for `/metrics`.
 pub use metrics::render as metrics_text;
+pub use response_stats::{ResponseOutcome, ResponseReport, ResponseStatsSink};
 pub use trace::HostTrace;

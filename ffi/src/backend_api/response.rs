@@ -30,6 +30,8 @@ pub struct Sink {
     /// factories, as Triton's does, so a decoupled model may spawn children until its last
     /// response.
     trace: Option<Box<InferenceTrace>>,
+    /// The index the backend's next reported response gets (`ReportResponseStatistics`).
+    pub(crate) response_index: std::sync::atomic::AtomicU64,
 }
 
 impl Sink {
@@ -39,7 +41,7 @@ impl Sink {
         states: States,
         trace: Option<Box<InferenceTrace>>,
     ) -> Self {
-        Sink { tx, cancelled, states, report: Arc::default(), trace }
+        Sink { tx, cancelled, states, report: Arc::default(), trace, response_index: Default::default() }
     }
 
     /// The request's trace object for the backend; null when it is not traced.
@@ -82,6 +84,13 @@ pub struct Response {
 /// A request's response factory: responses after the request is released.
 pub struct ResponseFactory {
     sink: Arc<Sink>,
+}
+
+impl ResponseFactory {
+    /// Its request's sink (shared by every factory of the request).
+    pub(crate) fn sink(&self) -> Arc<Sink> {
+        self.sink.clone()
+    }
 }
 
 export! {

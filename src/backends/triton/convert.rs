@@ -3,8 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use tritium_actors::{BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, Result, Tensor};
-use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor, HostTrace, ReportedStats};
+use tritium_actors::{
+    BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, ResponseKind, Result, Tensor,
+};
+use tritium_ffi::backend_api::{
+    abi, HostError, HostParam, HostRequest, HostTensor, HostTrace, ReportedStats, ResponseOutcome, ResponseReport,
+};
 
 fn host_tensors(tensors: &[Tensor]) -> Vec<HostTensor> {
     tensors
@@ -166,6 +170,23 @@ pub fn times(r: &ReportedStats) -> tritium_actors::ComputeTimes {
         compute_input: ns(r.exec_start_ns, r.compute_start_ns),
         compute_infer: ns(r.compute_start_ns, r.compute_end_ns),
         compute_output: ns(r.compute_end_ns, r.exec_end_ns),
+    }
+}
+
+/// A response the backend reported, as the engine's statistics take it.
+pub fn response_report(r: ResponseReport) -> tritium_actors::ResponseReport {
+    let kind = match r.outcome {
+        ResponseOutcome::Success => ResponseKind::Success,
+        ResponseOutcome::Empty => ResponseKind::Empty,
+        ResponseOutcome::Cancel => ResponseKind::Cancel,
+        ResponseOutcome::Fail => ResponseKind::Fail,
+    };
+    tritium_actors::ResponseReport {
+        index: r.index,
+        kind,
+        start_ns: r.response_start_ns,
+        compute_output_start_ns: r.compute_output_start_ns,
+        end_ns: r.response_end_ns,
     }
 }
 
