@@ -110,6 +110,10 @@ typedef enum {
 #define TRITONSERVER_REQUEST_FLAG_SEQUENCE_START 1u
 #define TRITONSERVER_REQUEST_FLAG_SEQUENCE_END 2u
 #define TRITONSERVER_REQUEST_RELEASE_ALL 1u
+/* Release a request of an iterative sequence model (`sequence_batching { iterative_sequence:
+ * true }`) to run it again in a later execution, with the same inputs; any other model refuses
+ * it with an error (the request stays the backend's, to release with RELEASE_ALL). */
+#define TRITONSERVER_REQUEST_RELEASE_RESCHEDULE 2u
 #define TRITONSERVER_RESPONSE_COMPLETE_FINAL 1u
 
 /* Errors. */
@@ -168,6 +172,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceModel(
 
 /* Requests and their inputs. */
 TRITONSERVER_Error* TRITONBACKEND_RequestId(TRITONBACKEND_Request* request, const char** id);
+TRITONSERVER_Error* TRITONBACKEND_RequestCorrelationId(TRITONBACKEND_Request* request, uint64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_RequestFlags(TRITONBACKEND_Request* request, uint32_t* flags);
 TRITONSERVER_Error* TRITONBACKEND_RequestInput(
     TRITONBACKEND_Request* request, const char* name, TRITONBACKEND_Input** input);
 TRITONSERVER_Error* TRITONBACKEND_InputProperties(
