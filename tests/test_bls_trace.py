@@ -1,14 +1,15 @@
-"""A BLS call made with its request's trace (`pb_utils.InferenceRequest(..., trace=request.trace())`)
-is traced as a child of that request, in Tritium as in real Triton 2.51 (the wheel's
-`tritonserver`, same Python backend, same model.py): with Triton's trace mode on, the trace file
-has the called model's record naming the caller's trace id as its `parent_id`, with the same
-points as Triton's, written before the caller's record.
+"""Child traces in Triton's trace mode, in Tritium as in real Triton 2.51 (the wheel's
+`tritonserver`, same Python backend, same model.py): a BLS call made with its request's trace
+(`pb_utils.InferenceRequest(..., trace=request.trace())`) and an ensemble's step are traced as
+children of the request, so the trace file has the called model's record naming the caller's
+trace id as its `parent_id`, with the same points as Triton's, written before the caller's.
 """
 import glob
 import json
 import shutil
 
 import numpy as np
+import pytest
 import requests
 import tritonclient.http as httpclient
 
@@ -16,6 +17,20 @@ from helpers import Server, wait_until
 from test_python_backend import MODELS, Triton, stub_env
 
 BLS_MODELS = MODELS.parent / "bls_models"
+ENSEMBLE = """name: "ens_add_sub"
+platform: "ensemble"
+max_batch_size: 0
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "add_sub" model_version: -1
+  input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "SUM" }
+} ] }
+"""
 
 
 def trace_args(path):
@@ -23,74 +38,91 @@ def trace_args(path):
             "--trace-config", "rate=1"]
 
 
-def call(url, request_id):
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    base = tmp_path_factory.mktemp("child_traces")
+    repo = base / "models"
+    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
+    shutil.copytree(BLS_MODELS / "bls_traced", repo / "bls_traced")
+    (repo / "ens_add_sub" / "1").mkdir(parents=True)
+    (repo / "ens_add_sub" / "config.pbtxt").write_text(ENSEMBLE)
+    files = {"tritium": base / "tritium.json", "triton": base / "triton.json"}
+    tritium = Server(repo, args=trace_args(files["tritium"]), log_dir=base, env=stub_env()).start(timeout=180)
+    triton = Triton(repo, base, args=trace_args(files["triton"]), timeout=180)
+    # One file per trace (Triton writes its file at exit otherwise).
+    for srv in (tritium, triton):
+        r = requests.post(f"http://{srv.http_url}/v2/trace/setting", json={"log_frequency": "1"}, timeout=5)
+        assert r.ok, r.text
+    yield {"tritium": (tritium, files["tritium"]), "triton": (triton, files["triton"])}
+    triton.stop()
+    assert tritium.stop() == 0, tritium.log_tail()
+
+
+def call(url, model, names, outputs, request_id):
     client = httpclient.InferenceServerClient(url)
     inputs = []
-    for name, value in (("INPUT0", np.arange(4, dtype=np.float32)), ("INPUT1", np.ones(4, dtype=np.float32))):
+    for name, value in zip(names, (np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32))):
         t = httpclient.InferInput(name, [4], "FP32")
         t.set_data_from_numpy(value)
         inputs.append(t)
     try:
-        result = client.infer("bls_traced", inputs, request_id=request_id)
-        return result.as_numpy("SUM"), result.as_numpy("CONTEXT")
+        result = client.infer(model, inputs, request_id=request_id)
+        return [result.as_numpy(o) for o in outputs]
     finally:
         client.close()
 
 
-def records(pattern):
-    """Every record of the trace files matching `pattern`, file after file."""
-    out = []
-    for path in sorted(glob.glob(pattern)):
-        out.extend(json.loads(open(path).read()))
-    return out
+def trace_of(prefix, request_id):
+    """(heads in file order, {id: [point names in file order]}) of the trace file holding the
+    request `request_id`'s trace; None while it is not (completely) written."""
+    for path in sorted(glob.glob(f"{prefix}.*")):
+        try:
+            recs = json.loads(open(path).read())
+        except ValueError:  # being written
+            continue
+        heads = [r for r in recs if "model_name" in r]
+        if any(h.get("request_id") == request_id and "parent_id" not in h for h in heads):
+            points = {}
+            for r in recs:
+                for t in r.get("timestamps", []):
+                    points.setdefault(r["id"], []).append(t["name"])
+            return heads, points
+    return None
 
 
-def traced(recs):
-    """(heads in file order, {id: [point names in file order]})."""
-    heads = [r for r in recs if "model_name" in r]
-    points = {}
-    for r in recs:
-        for t in r.get("timestamps", []):
-            points.setdefault(r["id"], []).append(t["name"])
-    return heads, points
-
-
-def test_a_bls_call_with_its_requests_trace_is_its_child_as_in_triton(tmp_path):
-    repo = tmp_path / "models"
-    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
-    shutil.copytree(BLS_MODELS / "bls_traced", repo / "bls_traced")
-    ours_file, theirs_file = tmp_path / "tritium.json", tmp_path / "triton.json"
-    tritium = Server(repo, args=trace_args(ours_file), log_dir=tmp_path, env=stub_env()).start(timeout=180)
-    triton = Triton(repo, tmp_path, args=trace_args(theirs_file), timeout=180)
-    try:
-        # One file per trace (Triton writes its file at exit otherwise).
-        for srv in (tritium, triton):
-            r = requests.post(f"http://{srv.http_url}/v2/trace/setting", json={"log_frequency": "1"}, timeout=5)
-            assert r.ok, r.text
-        ours, theirs = call(tritium.http_url, "bls-1"), call(triton.http_url, "bls-1")
-        np.testing.assert_array_equal(ours[0], np.arange(4, dtype=np.float32) + 1)
-        np.testing.assert_array_equal(ours[0], theirs[0])
-        assert ours[1].tolist() == theirs[1].tolist(), "the trace context model.py sees"
-        def both_written():
-            try:
-                return all(len(traced(records(f"{f}.*"))[0]) == 2 for f in (ours_file, theirs_file))
-            except ValueError:  # a file being written
-                return False
-        wait_until(both_written, timeout=30, what="the caller's and the child's records in both trace files")
-    finally:
-        triton.stop()
-        assert tritium.stop() == 0, tritium.log_tail()
-
-    for name in (ours_file, theirs_file):
-        heads, points = traced(records(f"{name}.*"))
-        child, caller = heads
-        assert caller == {"id": caller["id"], "model_name": "bls_traced", "model_version": 1, "request_id": "bls-1"}, name
-        # The BLS request has no id of its own: none in its record.
-        assert child == {"id": child["id"], "model_name": "add_sub", "model_version": 1,
-                         "parent_id": caller["id"]}, name
-        assert child["id"] != caller["id"]
+def child_and_caller(servers, request_id, caller):
+    """Each server's (child head, caller head, child's points), after checking the records."""
+    got = {}
+    for name, (_, prefix) in servers.items():
+        heads, points = wait_until(lambda: trace_of(prefix, request_id), timeout=30, what=f"{name}'s trace file")
+        assert len(heads) == 2, (name, heads)
+        child, parent = heads
+        assert parent == {"id": parent["id"], "model_name": caller, "model_version": 1, "request_id": request_id}, name
+        assert child["id"] != parent["id"] and child["parent_id"] == parent["id"], (name, heads)
+        assert child["model_name"] == "add_sub" and child["model_version"] == 1, (name, child)
         assert points[child["id"]][0] == "REQUEST_START" and points[child["id"]][-1] == "REQUEST_END", name
-    ours_heads, ours_points = traced(records(f"{ours_file}.*"))
-    theirs_heads, theirs_points = traced(records(f"{theirs_file}.*"))
+        got[name] = (child, parent, points[child["id"]])
+    return got
+
+
+def test_a_bls_call_with_its_requests_trace_is_its_child_as_in_triton(servers):
+    answers = {}
+    for name, (srv, _) in servers.items():
+        answers[name] = call(srv.http_url, "bls_traced", ("INPUT0", "INPUT1"), ("SUM", "CONTEXT"), "bls-1")
+    np.testing.assert_array_equal(answers["tritium"][0], np.arange(4, dtype=np.float32) + 1)
+    np.testing.assert_array_equal(answers["tritium"][0], answers["triton"][0])
+    assert answers["tritium"][1].tolist() == answers["triton"][1].tolist(), "the trace context model.py sees"
+    got = child_and_caller(servers, "bls-1", "bls_traced")
+    # The BLS request has no id of its own: none in its record, as in Triton.
+    assert "request_id" not in got["tritium"][0] and "request_id" not in got["triton"][0]
     # The child's points are Triton's, in the same order.
-    assert ours_points[ours_heads[0]["id"]] == theirs_points[theirs_heads[0]["id"]]
+    assert got["tritium"][2] == got["triton"][2]
+
+
+def test_an_ensemble_step_is_a_child_record_as_in_triton(servers):
+    for name, (srv, _) in servers.items():
+        (total,) = call(srv.http_url, "ens_add_sub", ("A", "B"), ("SUM",), "ens-1")
+        np.testing.assert_array_equal(total, np.arange(4, dtype=np.float32) + 1)
+    got = child_and_caller(servers, "ens-1", "ens_add_sub")
+    assert got["tritium"][0].get("request_id") == got["triton"][0].get("request_id"), got
+    assert got["tritium"][2] == got["triton"][2]
