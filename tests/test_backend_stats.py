@@ -4,18 +4,21 @@
 Tritium and under real Triton 2.51 (same backend library) give the same counts, and the compute
 times are the backend's own. Triton's Python backend counts an error response that model.py
 returns (`pb_utils.TritonError`) as a success and an exception in `execute` as a failure; so
-must Tritium. The C example of examples/custom_backend reports its statistics the same way.
+must Tritium. The C example of examples/custom_backend reports its statistics the same way,
+and its decoupled model each response (`ReportResponseStatistics`, the `response_stats`).
 """
+import queue
 import re
 import shutil
 
 import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 
 from helpers import Server
 from test_custom_backend import add, backend_dir, make_repo  # noqa: F401 (backend_dir: a fixture)
-from test_python_backend import MODELS, Triton, infer, stub_env
+from test_python_backend import BACKENDS, MODELS, Triton, infer, stub_env
 
 MODELS_USED = ("errors", "add_sub", "batched")
 
@@ -131,3 +134,85 @@ def test_the_c_example_reports_its_statistics_as_in_triton(backend_dir, tmp_path
     assert found["tritium"] == found["triton"], found
     assert found["tritium"]["success"] == 3 and found["tritium"]["fail"] == 1, found
     assert found["tritium"]["batches"] == [(1, 1), (2, 1), (3, 1)], found
+
+
+def stream(url, model, name, values, datatype):
+    """Sends one request on a gRPC stream; returns the outputs of its responses."""
+    results = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    t = grpcclient.InferInput(name, [len(values)], datatype)
+    t.set_data_from_numpy(values)
+    got = []
+    try:
+        client.async_stream_infer(model, [t], enable_empty_final_response=True)
+        while True:
+            result, error = results.get(timeout=30)
+            assert error is None, error
+            response = result.get_response()
+            if response.outputs:
+                got.append(result.as_numpy("OUT").tolist())
+            if response.parameters["triton_final_response"].bool_param:
+                return got
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def response_counts(srv, model):
+    """{index: {figure: count}} of the model's response_stats, over HTTP, after checking that
+    gRPC's statistics say the same."""
+    http = stats(srv, model).get("response_stats", {})
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    try:
+        grpc = client.get_inference_statistics(model, as_json=True)["model_stats"][0].get("response_stats", {})
+    finally:
+        client.close()
+    got = {i: {k: int(v.get("count", 0)) for k, v in figures.items()} for i, figures in http.items()}
+    assert got == {i: {k: int(v.get("count", 0)) for k, v in f.items()} for i, f in grpc.items()}, (http, grpc)
+    for figures in http.values():
+        # Durations are the backend's timestamps: a counted success took some time.
+        assert int(figures["success"].get("count", 0)) == 0 or int(figures["success"]["ns"]) > 0, figures
+    return got
+
+
+def test_a_decoupled_models_response_statistics_are_the_backends_as_in_triton(backend_dir, tmp_path):
+    """The C example's decoupled vecop_stream reports each response
+    (`TRITONBACKEND_ModelInstanceReportResponseStatistics`), the final flag alone as an empty
+    response; Triton 2.51's Python backend reports none, so a decoupled model.py has no
+    response statistics. Under Tritium and Triton (same libraries) the statistics agree."""
+    repo = tmp_path / "models"
+    make_repo(tmp_path / "all", faulty=False)
+    shutil.copytree(tmp_path / "all" / "vecop_stream", repo / "vecop_stream")
+    shutil.copytree(MODELS / "repeat", repo / "repeat")
+    # One backend directory with both backends.
+    backends = tmp_path / "backends"
+    shutil.copytree(backend_dir / "vecop", backends / "vecop")
+    (backends / "python").symlink_to(BACKENDS / "python")  # its RPATH finds its libraries from there
+    args = ["--backend-directory", str(backends)]
+    found = {}
+    srv = Server(repo, log_dir=tmp_path, args=args, env=stub_env()).start(timeout=120)
+    triton = Triton(repo, tmp_path, args=args)
+    try:
+        for name, s in (("tritium", srv), ("triton", triton)):
+            for values in ([1, 2, 3], [4, 5]):
+                got = stream(s.grpc_url, "vecop_stream", "IN", np.array(values, np.float32), "FP32")
+                assert got == [[3.0 * v] for v in values], (name, got)
+            assert stream(s.grpc_url, "repeat", "IN", np.array([7, 8], np.int32), "INT32") == [[14], [16]], name
+            found[name] = (response_counts(s, "vecop_stream"), response_counts(s, "repeat"))
+    finally:
+        triton.stop()
+        assert srv.stop() == 0, srv.log_tail()
+    assert found["tritium"] == found["triton"], found
+    vecop, repeat = found["tritium"]
+    blank = {"compute_infer": 0, "compute_output": 0, "success": 0, "fail": 0, "empty_response": 0, "cancel": 0}
+    # Responses 0 and 1 of both requests, 2 of the first; the final flag is response 3 of the
+    # first request and 2 of the second.
+    expected = {
+        "0": {**blank, "compute_infer": 2, "compute_output": 2, "success": 2},
+        "1": {**blank, "compute_infer": 2, "compute_output": 2, "success": 2},
+        "2": {**blank, "compute_infer": 2, "compute_output": 1, "success": 1, "empty_response": 1},
+        "3": {**blank, "compute_infer": 1, "empty_response": 1},
+    }
+    assert vecop == expected, vecop
+    assert repeat == {}, repeat

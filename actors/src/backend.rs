@@ -200,6 +200,11 @@ pub trait BackendFactory: Send + Sync {
     fn decoupled_batches(&self) -> bool {
         false
     }
+
+    /// Called once the model version's statistics exist, before any instance: a backend that
+    /// reports figures outside an execution (a backend library's response statistics, sent from
+    /// any thread at any time) keeps them to record into.
+    fn attach_stats(&self, _stats: &std::sync::Arc<crate::stats::ModelStats>) {}
 }
 
 impl<F> BackendFactory for F

@@ -161,6 +161,7 @@ async fn run<R: Route>(
             let child = origin.and_then(|o| o.trace.as_ref()).map(|t| t.child(&step.model));
             if let Some(c) = &child {
                 c.record(trace::REQUEST_START);
+                c.set_request_id(&request.id);
             }
             request.trace = child.clone();
             let (reply, rx) = Reply::once();

@@ -126,6 +126,7 @@ impl ModelHandle {
         };
         let policy = Arc::new(policy);
         let stats = Arc::new(ModelStats::default());
+        factory.attach_stats(&stats);
         let figures = Arc::new(ModelFigures::new(policy.instances.len()));
         let (p, s, f) = (policy.clone(), stats.clone(), figures.clone());
         let scheduler = SchedulerAddr::start(engine, p, s, f, clock.clone(), factory.decoupled_batches());

@@ -46,7 +46,7 @@ pub use request::{
     CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags,
 };
 pub use scheduler::{BatcherActor, SequenceActor};
-pub use stats::{ComputeTimes, ModelStats, StatsSnapshot};
+pub use stats::{ComputeTimes, ModelStats, ResponseFigures, ResponseKind, ResponseReport, StatsSnapshot};
 pub use supervisor::Supervisor;
 pub use tensor::{DataType, Tensor};
 pub use trace::Trace;

@@ -78,6 +78,80 @@ pub struct StatsSnapshot {
     pub failures: BTreeMap<&'static str, u64>,
     pub batches: BTreeMap<u64, BatchFigures>,
     pub pending: u64,
+    /// The backend's response statistics by response index (`"0"`, `"1"`, …, ordered as
+    /// strings, as Triton's map is).
+    pub responses: BTreeMap<String, ResponseFigures>,
+}
+
+/// Triton's figures of the responses that had one index among their request's responses (the
+/// statistics extension's `response_stats`), as the backend reported them: counts and
+/// nanoseconds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseFigures {
+    pub compute_infer: (u64, u64),
+    pub compute_output: (u64, u64),
+    pub success: (u64, u64),
+    pub fail: (u64, u64),
+    pub empty_response: (u64, u64),
+    pub cancel: (u64, u64),
+}
+
+/// How a response the backend reported went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseKind {
+    /// With outputs, made from `compute_output_start` on.
+    Success,
+    /// Failed; with outputs when `compute_output_start` is set.
+    Fail,
+    /// Without outputs (a decoupled model's final flag alone).
+    Empty,
+    Cancel,
+}
+
+/// One response as a backend reported it (Triton's `ReportResponseStatistics`): its index among
+/// its request's responses and its timestamps (ns; `compute_output_start` 0 = no outputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseReport {
+    pub index: u64,
+    pub kind: ResponseKind,
+    pub start_ns: u64,
+    pub compute_output_start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl ResponseFigures {
+    /// Adds one response as Triton's `InferenceStatsAggregator::UpdateResponse*` do, or says
+    /// (in Triton's words) why its timestamps cannot be.
+    fn add(&mut self, r: &ResponseReport) -> Result<(), String> {
+        let (start, output, end) = (r.start_ns, r.compute_output_start_ns, r.end_ns);
+        let with_output = output > 0 && matches!(r.kind, ResponseKind::Success | ResponseKind::Fail);
+        if with_output && start > output {
+            return Err("Response start cannot happen after compute output start".into());
+        }
+        if with_output && output > end {
+            return Err("Compute output start cannot happen after response end".into());
+        }
+        if !with_output && start > end {
+            return Err("Response start cannot happen after response end".into());
+        }
+        let total = end - start;
+        let bump = |p: &mut (u64, u64), ns: u64| *p = (p.0 + 1, p.1 + ns);
+        match r.kind {
+            ResponseKind::Success | ResponseKind::Fail if with_output => {
+                bump(&mut self.compute_infer, output - start);
+                bump(&mut self.compute_output, end - output);
+            }
+            ResponseKind::Success | ResponseKind::Fail | ResponseKind::Empty => bump(&mut self.compute_infer, total),
+            ResponseKind::Cancel => {}
+        }
+        match r.kind {
+            ResponseKind::Success => bump(&mut self.success, total),
+            ResponseKind::Fail => bump(&mut self.fail, total),
+            ResponseKind::Empty => bump(&mut self.empty_response, total),
+            ResponseKind::Cancel => bump(&mut self.cancel, total),
+        }
+        Ok(())
+    }
 }
 
 /// Receives each request's figures as the engine records them, for families that cannot be
@@ -110,6 +184,8 @@ pub struct ModelStats {
     pub pending: AtomicU64,
     failures: Mutex<BTreeMap<FailureReason, u64>>,
     batches: Mutex<BTreeMap<u64, BatchFigures>>,
+    /// The backend's response statistics, by response index.
+    response_stats: Mutex<BTreeMap<String, ResponseFigures>>,
     observer: std::sync::OnceLock<Box<dyn StatsObserver>>,
     /// When a request's responses go out: the first, and the gaps between a decoupled
     /// request's responses (for time-to-first-token and inter-token figures).
@@ -235,6 +311,16 @@ impl ModelStats {
         b.compute_output_ns += output.as_nanos() as u64;
     }
 
+    /// One response a backend reported; an error (nothing counted) when its timestamps are out
+    /// of order, as Triton refuses them.
+    pub fn record_response(&self, r: &ResponseReport) -> Result<(), String> {
+        // `add` checks before it changes anything: a refused report leaves no empty entry.
+        let mut scratch = ResponseFigures::default();
+        scratch.add(r)?;
+        let mut stats = self.response_stats.lock();
+        stats.entry(r.index.to_string()).or_default().add(r)
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             last_inference_ms: self.last_inference_ms.load(Relaxed),
@@ -251,6 +337,46 @@ impl ModelStats {
             failures: self.failures.lock().iter().map(|(r, n)| (r.as_str(), *n)).collect(),
             batches: self.batches.lock().clone(),
             pending: self.pending.load(Relaxed),
+            responses: self.response_stats.lock().clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(index: u64, kind: ResponseKind, start: u64, output: u64, end: u64) -> ResponseReport {
+        ResponseReport { index, kind, start_ns: start, compute_output_start_ns: output, end_ns: end }
+    }
+
+    #[test]
+    fn responses_count_by_index_as_tritons_aggregator_does() {
+        let s = ModelStats::default();
+        s.record_response(&report(0, ResponseKind::Success, 10, 40, 50)).unwrap();
+        s.record_response(&report(0, ResponseKind::Success, 100, 110, 130)).unwrap();
+        s.record_response(&report(1, ResponseKind::Empty, 60, 0, 65)).unwrap();
+        s.record_response(&report(10, ResponseKind::Fail, 0, 0, 7)).unwrap();
+        s.record_response(&report(2, ResponseKind::Cancel, 1, 0, 4)).unwrap();
+        let r = s.snapshot().responses;
+        assert_eq!(r.keys().collect::<Vec<_>>(), ["0", "1", "10", "2"], "ordered as strings");
+        let zero =
+            ResponseFigures { compute_infer: (2, 40), compute_output: (2, 30), success: (2, 70), ..Default::default() };
+        assert_eq!(r["0"], zero);
+        assert_eq!(r["1"], ResponseFigures { compute_infer: (1, 5), empty_response: (1, 5), ..Default::default() });
+        assert_eq!(r["10"], ResponseFigures { compute_infer: (1, 7), fail: (1, 7), ..Default::default() });
+        assert_eq!(r["2"], ResponseFigures { cancel: (1, 3), ..Default::default() });
+    }
+
+    #[test]
+    fn refuses_timestamps_out_of_order_and_counts_nothing() {
+        let s = ModelStats::default();
+        let e = s.record_response(&report(0, ResponseKind::Success, 50, 40, 60)).unwrap_err();
+        assert_eq!(e, "Response start cannot happen after compute output start");
+        let e = s.record_response(&report(0, ResponseKind::Success, 10, 70, 60)).unwrap_err();
+        assert_eq!(e, "Compute output start cannot happen after response end");
+        let e = s.record_response(&report(0, ResponseKind::Empty, 10, 0, 5)).unwrap_err();
+        assert_eq!(e, "Response start cannot happen after response end");
+        assert!(s.snapshot().responses.is_empty());
     }
 }

@@ -5,10 +5,12 @@
 //!
 //! An ensemble hands each composing model's request a child `Trace` of its own request's
 //! (`child`), stamped with the step's REQUEST_START and REQUEST_END, so a trace exporter can
-//! show the composing models under the ensemble (as Triton's OpenTelemetry mode does).
+//! show the composing models under the ensemble (as Triton's OpenTelemetry mode does), and the
+//! trace file a record per child naming its parent. A backend's in-process request made with
+//! its request's trace (a BLS call) is such a child too.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -30,6 +32,9 @@ pub struct Trace {
     children: Mutex<Vec<(String, Arc<Trace>)>>,
     /// The version that answered (set on a child once its model answers; 0 = not known).
     version: AtomicI64,
+    /// A child's request id (a BLS call's own, an ensemble step's the ensemble's), for its
+    /// record; empty when it has none.
+    request_id: OnceLock<String>,
 }
 
 impl Trace {
@@ -55,6 +60,15 @@ impl Trace {
 
     pub fn version(&self) -> i64 {
         self.version.load(Ordering::Relaxed)
+    }
+
+    /// Sets the request id its record names; only the first call has effect.
+    pub fn set_request_id(&self, id: &str) {
+        let _ = self.request_id.set(id.to_string());
+    }
+
+    pub fn request_id(&self) -> &str {
+        self.request_id.get().map_or("", String::as_str)
     }
 
     pub fn record(&self, activity: &'static str) {

@@ -46,6 +46,7 @@ typedef struct TRITONBACKEND_Response TRITONBACKEND_Response;
 typedef struct TRITONBACKEND_ResponseFactory TRITONBACKEND_ResponseFactory;
 typedef struct TRITONBACKEND_Output TRITONBACKEND_Output;
 typedef struct TRITONBACKEND_State TRITONBACKEND_State;
+typedef struct TRITONBACKEND_ModelInstanceResponseStatistics TRITONBACKEND_ModelInstanceResponseStatistics;
 
 /* Error codes. */
 typedef enum {
@@ -109,6 +110,10 @@ typedef enum {
 #define TRITONSERVER_REQUEST_FLAG_SEQUENCE_START 1u
 #define TRITONSERVER_REQUEST_FLAG_SEQUENCE_END 2u
 #define TRITONSERVER_REQUEST_RELEASE_ALL 1u
+/* Release a request of an iterative sequence model (`sequence_batching { iterative_sequence:
+ * true }`) to run it again in a later execution, with the same inputs; any other model refuses
+ * it with an error (the request stays the backend's, to release with RELEASE_ALL). */
+#define TRITONSERVER_REQUEST_RELEASE_RESCHEDULE 2u
 #define TRITONSERVER_RESPONSE_COMPLETE_FINAL 1u
 
 /* Errors. */
@@ -167,6 +172,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceModel(
 
 /* Requests and their inputs. */
 TRITONSERVER_Error* TRITONBACKEND_RequestId(TRITONBACKEND_Request* request, const char** id);
+TRITONSERVER_Error* TRITONBACKEND_RequestCorrelationId(TRITONBACKEND_Request* request, uint64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_RequestFlags(TRITONBACKEND_Request* request, uint32_t* flags);
 TRITONSERVER_Error* TRITONBACKEND_RequestInput(
     TRITONBACKEND_Request* request, const char* name, TRITONBACKEND_Input** input);
 TRITONSERVER_Error* TRITONBACKEND_InputProperties(
@@ -223,6 +230,31 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatistics(
     TRITONBACKEND_ModelInstance* instance, const uint64_t batch_size, const uint64_t exec_start_ns,
     const uint64_t compute_start_ns, const uint64_t compute_end_ns, const uint64_t exec_end_ns);
+
+/* Response statistics (the statistics extension's `response_stats`, mostly for decoupled
+ * models): one object per response sent, with the instance, the request's response factory and
+ * the response's timestamps (ns): its start, the start of writing its outputs (0 = none: an
+ * empty response, such as the final flag alone) and its end, and the error it carried (NULL =
+ * none; the error stays the caller's). Report counts it under its index among the request's
+ * reported responses (0, 1, ...). */
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsNew(
+    TRITONBACKEND_ModelInstanceResponseStatistics** response_statistics);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsDelete(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONBACKEND_ModelInstance* model_instance);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONBACKEND_ResponseFactory* response_factory);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, const uint64_t response_start);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, const uint64_t compute_output_start);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, const uint64_t response_end);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetError(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics, TRITONSERVER_Error* error);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportResponseStatistics(
+    TRITONBACKEND_ModelInstanceResponseStatistics* response_statistics);
 
 /* The entry points a backend defines (the server calls them). Only Execute is required. */
 EXPORT TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend);

@@ -9,7 +9,8 @@
  *   do not match gets an error response and the others of the batch still succeed.
  * - decoupled (`model_transaction_policy { decoupled: true }`): FP32 input IN -> one response
  *   per element, OUT = [scale * element], then the final flag alone, sent through a response
- *   factory after the request is released.
+ *   factory after the request is released; each response is reported to the server's response
+ *   statistics (`response_stats`).
  *
  * `scale` is a model config parameter (`parameters { key: "scale" value { string_value: "2" } }`,
  * default 1), and so is `execute_delay_ms` (a pause in every Execute standing in for real work,
@@ -284,8 +285,38 @@ static TRITONSERVER_Error* accumulate(ModelState* state, TRITONBACKEND_Request* 
   return TRITONBACKEND_StateUpdate(next_state);
 }
 
-/* Streams one decoupled request: one response per element of IN, then the final flag. */
-static TRITONSERVER_Error* stream(ModelState* state, TRITONBACKEND_Request* request, uint64_t* elements) {
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Reports one response sent through `factory` to the server's response statistics: its start,
+ * the start of writing its outputs (0: it had none) and its end, and its error (NULL: none). */
+static void report_response(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_ResponseFactory* factory,
+                            uint64_t start, uint64_t output_start, uint64_t end, TRITONSERVER_Error* failed) {
+  TRITONBACKEND_ModelInstanceResponseStatistics* rs;
+  TRITONSERVER_Error* err = TRITONBACKEND_ModelInstanceResponseStatisticsNew(&rs);
+  if (err == NULL) {
+    err = TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance(rs, instance);
+    if (err == NULL) err = TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(rs, factory);
+    if (err == NULL) err = TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(rs, start);
+    if (err == NULL) err = TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(rs, output_start);
+    if (err == NULL) err = TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(rs, end);
+    if (err == NULL) err = TRITONBACKEND_ModelInstanceResponseStatisticsSetError(rs, failed);
+    if (err == NULL) err = TRITONBACKEND_ModelInstanceReportResponseStatistics(rs);
+    TRITONBACKEND_ModelInstanceResponseStatisticsDelete(rs);
+  }
+  if (err != NULL) {
+    LOG(TRITONSERVER_LOG_ERROR, TRITONSERVER_ErrorMessage(err));
+    TRITONSERVER_ErrorDelete(err);
+  }
+}
+
+/* Streams one decoupled request: one response per element of IN, then the final flag; each
+ * response (the final flag alone as an empty one) is reported to the response statistics. */
+static TRITONSERVER_Error* stream(ModelState* state, TRITONBACKEND_ModelInstance* instance,
+                                  TRITONBACKEND_Request* request, uint64_t* elements) {
   Fp32Input in;
   RETURN_IF_ERROR(fp32_input(request, "IN", &in));
   /* Copy the input: the request (and its buffers) goes back to the server before the
@@ -308,37 +339,36 @@ static TRITONSERVER_Error* stream(ModelState* state, TRITONBACKEND_Request* requ
     void* buffer;
     TRITONSERVER_MemoryType memory = TRITONSERVER_MEMORY_CPU;
     int64_t memory_id = 0;
+    const uint64_t start = now_ns();
     err = TRITONBACKEND_ResponseNewFromFactory(&response, factory);
     if (err != NULL) break;
     err = TRITONBACKEND_ResponseOutput(response, &output, "OUT", TRITONSERVER_TYPE_FP32, &one, 1);
     if (err == NULL) err = TRITONBACKEND_OutputBuffer(output, &buffer, sizeof(float), &memory, &memory_id);
     if (err == NULL) {
+      const uint64_t output_start = now_ns();
       *(float*)buffer = state->scale * values[i];
       err = TRITONBACKEND_ResponseSend(response, 0, NULL);
+      if (err == NULL) report_response(instance, factory, start, output_start, now_ns(), NULL);
     } else {
       TRITONBACKEND_ResponseDelete(response);
     }
   }
   *elements += count;
   free(values);
+  const uint64_t start = now_ns();
   if (err != NULL) {
     /* The request is already released: the error goes to the client in a final response. */
     TRITONBACKEND_Response* response;
-    if (TRITONBACKEND_ResponseNewFromFactory(&response, factory) == NULL) {
-      TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
+    if (TRITONBACKEND_ResponseNewFromFactory(&response, factory) == NULL &&
+        TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err) == NULL) {
+      report_response(instance, factory, start, 0, now_ns(), err);
     }
     TRITONSERVER_ErrorDelete(err);
-  } else {
-    TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL);
+  } else if (TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL) == NULL) {
+    report_response(instance, factory, start, 0, now_ns(), NULL);
   }
   TRITONBACKEND_ResponseFactoryDelete(factory);
   return NULL;
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The items a request of a batching model (vecop_add) holds: its inputs' first dimension. */
@@ -372,7 +402,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
   for (uint32_t r = 0; r < request_count; r++) {
     TRITONBACKEND_Request* request = requests[r];
     if (state->decoupled) {
-      TRITONSERVER_Error* err = stream(state, request, &elements);
+      TRITONSERVER_Error* err = stream(state, instance, request, &elements);
       if (err != NULL) {
         /* Nothing was sent and the request is still ours. */
         TRITONBACKEND_Response* response;

@@ -52,12 +52,21 @@ impl InferenceServer for Bls {
 
     fn infer(&self, request: InProcessRequest, mut sink: EventSink) -> Result<(), HostError> {
         let request = engine_request(request).map_err(host_error)?;
+        let trace = request.trace.clone();
         let (tx, mut rx) = mpsc::unbounded_channel();
         let model = self.server.submit(request, Reply::Stream(tx)).map_err(host_error)?;
         let decoupled = model.handle.policy.decoupled;
         runtime().spawn(async move {
             while let Some(answer) = rx.recv().await {
+                if let (Some(t), Ok(r)) = (&trace, &answer) {
+                    t.set_version(r.version);
+                }
                 let (event, last) = event(answer, decoupled);
+                if last {
+                    if let Some(t) = &trace {
+                        t.record(tritium_actors::trace::REQUEST_END);
+                    }
+                }
                 sink(event);
                 if last {
                     return;
@@ -148,7 +157,7 @@ fn host_error(e: Error) -> HostError {
 
 /// The backend's request as the engine's.
 fn engine_request(r: InProcessRequest) -> tritium_actors::Result<InferRequest> {
-    let InProcessRequest { model, version, priority, request: host } = r;
+    let InProcessRequest { model, version, priority, request: host, parent_trace } = r;
     let inputs = host
         .inputs
         .into_iter()
@@ -185,6 +194,14 @@ fn engine_request(r: InProcessRequest) -> tritium_actors::Result<InferRequest> {
     let (start, end) =
         (host.flags & abi::REQUEST_FLAG_SEQUENCE_START != 0, host.flags & abi::REQUEST_FLAG_SEQUENCE_END != 0);
     request.sequence = id.map(|id| SequenceFlags { id, start, end });
+    // Made with its caller's trace: traced as a child of it, as Triton does.
+    let parent = parent_trace.and_then(|p| p.trace.downcast::<tritium_actors::Trace>().ok());
+    if let Some(parent) = parent {
+        let child = parent.child(&request.model);
+        child.record(tritium_actors::trace::REQUEST_START);
+        child.set_request_id(&request.id);
+        request.trace = Some(child);
+    }
     Ok(request)
 }
 
@@ -211,8 +228,14 @@ mod tests {
             parameters: vec![("p".into(), HostParam::Bool(true))],
             ..Default::default()
         };
-        let r = engine_request(InProcessRequest { model: "m".into(), version: Some(2), priority: 3, request: host })
-            .unwrap();
+        let r = engine_request(InProcessRequest {
+            model: "m".into(),
+            version: Some(2),
+            priority: 3,
+            request: host,
+            parent_trace: None,
+        })
+        .unwrap();
         assert_eq!((r.model.as_str(), r.version, r.priority, r.timeout_us, r.id.as_str()), ("m", Some(2), 3, 5, "r"));
         assert_eq!(r.sequence, Some(SequenceFlags { id: CorrelationId::U64(7), start: true, end: true }));
         assert_eq!(r.outputs[0].name, "O");

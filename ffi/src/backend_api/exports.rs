@@ -6,7 +6,7 @@
 #[allow(unused_imports)]
 use super::{
     error::*, inprocess::request::*, inprocess::response::*, inprocess::*, message::*, metrics::*, model::*,
-    request::*, response::*, server::*, state::*,
+    request::*, response::*, response_stats::*, state::*, trace::*,
 };
 
 /// The exported functions' addresses.
@@ -39,6 +39,15 @@ pub fn table() -> Vec<*const ()> {
         TRITONBACKEND_ModelInstanceName as *const (),
         TRITONBACKEND_ModelInstanceReportBatchStatistics as *const (),
         TRITONBACKEND_ModelInstanceReportStatistics as *const (),
+        TRITONBACKEND_ModelInstanceReportResponseStatistics as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsNew as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsDelete as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd as *const (),
+        TRITONBACKEND_ModelInstanceResponseStatisticsSetError as *const (),
         TRITONBACKEND_ModelInstanceSetState as *const (),
         TRITONBACKEND_ModelInstanceState as *const (),
         TRITONBACKEND_ModelName as *const (),
@@ -107,6 +116,7 @@ pub fn table() -> Vec<*const ()> {
         TRITONSERVER_InferenceResponseOutput as *const (),
         TRITONSERVER_InferenceResponseOutputCount as *const (),
         TRITONSERVER_InferenceTraceContext as *const (),
+        TRITONSERVER_InferenceTraceDelete as *const (),
         TRITONSERVER_InferenceTraceSpawnChildTrace as *const (),
         TRITONSERVER_InstanceGroupKindString as *const (),
         TRITONSERVER_LogMessage as *const (),

@@ -66,6 +66,8 @@ pub struct HostRequest {
     /// then arrives as `HostEvent::Rescheduled`. Otherwise that release is refused with
     /// Triton's error.
     pub reschedulable: bool,
+    /// The request's trace, when the trace settings sampled it (`TRITONBACKEND_RequestTrace`).
+    pub trace: Option<super::trace::HostTrace>,
 }
 
 /// What a backend reported of one request (`TRITONBACKEND_ModelInstanceReportStatistics`) or
@@ -245,6 +247,7 @@ impl LoadedBackend {
             state: AtomicPtr::new(std::ptr::null_mut()),
             initialized: AtomicBool::new(false),
             backend: self.0.clone(),
+            response_stats: Default::default(),
         });
         if let Some(init) = self.0.library.model_initialize {
             // SAFETY: the backend's entry point with a model object that `model` keeps alive.
@@ -272,6 +275,12 @@ pub struct InstanceSpec {
 pub struct LoadedInstance(Arc<Instance>);
 
 impl LoadedModel {
+    /// Sends the responses the backend reports (`TRITONBACKEND_ModelInstanceReportResponseStatistics`)
+    /// to `sink`; only the first call has effect. Without one, reports are accepted and dropped.
+    pub fn on_response_statistics(&self, sink: super::response_stats::ResponseStatsSink) {
+        let _ = self.0.response_stats.set(sink);
+    }
+
     /// The model config as the backend left it (after auto-complete), as JSON.
     pub fn config_json(&self) -> String {
         String::from_utf8_lossy(&self.0.config.lock().map(|c| c.clone()).unwrap_or_default()).into_owned()
@@ -320,7 +329,8 @@ impl LoadedInstance {
             let (tx, rx) = channel();
             let cancel = r.cancel.clone();
             let states = States::new(&r.model, r.state_outputs.take());
-            let sink = Arc::new(Sink::new(tx, cancel.clone(), states));
+            let trace = r.trace.take().map(super::trace::InferenceTrace::of_request);
+            let sink = Arc::new(Sink::new(tx, cancel.clone(), states, trace));
             let report = sink.report.clone();
             raw.push(Box::into_raw(Box::new(Request::new(r, sink))));
             pending.push(Pending { events: rx, cancel, report });

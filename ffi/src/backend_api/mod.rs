@@ -24,8 +24,9 @@ mod metrics;
 mod model;
 mod request;
 mod response;
-mod server;
+mod response_stats;
 mod state;
+mod trace;
 
 pub use host::{
     load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
@@ -34,3 +35,5 @@ pub use host::{
 pub use inprocess::{set_inference_server, EventSink, InProcessEvent, InProcessRequest, InferenceServer};
 /// Custom metrics of backends in Prometheus text, for `/metrics`.
 pub use metrics::render as metrics_text;
+pub use response_stats::{ResponseOutcome, ResponseReport, ResponseStatsSink};
+pub use trace::HostTrace;

@@ -38,6 +38,9 @@ pub struct Model {
     /// `ModelInitialize` succeeded, so `ModelFinalize` is due.
     pub(crate) initialized: AtomicBool,
     pub(crate) backend: Arc<Backend>,
+    /// Where the backend's response reports go (`ReportResponseStatistics`), once the server
+    /// set it.
+    pub(crate) response_stats: std::sync::OnceLock<super::response_stats::ResponseStatsSink>,
 }
 
 /// One instance of a model version.

@@ -295,13 +295,11 @@ export! {
 }
 
 export! {
-    /// Tritium hands no trace to backends yet: a null trace, which backends accept.
-    fn TRITONBACKEND_RequestTrace(request: *mut Request, trace: *mut *mut c_void) {
+    /// The request's trace when the trace settings sampled it, null otherwise (as in Triton).
+    /// It stays the request's: it lives until the request and its response factories are gone.
+    fn TRITONBACKEND_RequestTrace(request: *mut Request, trace: *mut *mut super::trace::InferenceTrace) {
         // SAFETY: a live request and the caller's out-parameter.
-        unsafe {
-            req(request)?;
-            write(trace, std::ptr::null_mut(), "trace")
-        }
+        unsafe { write(trace, req(request)?.sink.trace(), "trace") }
     }
 }
 
@@ -477,7 +475,7 @@ mod tests {
     /// A request handed to a backend, and the channel its events arrive on.
     fn request(reschedulable: bool, flags: u32) -> (*mut Request, Receiver<HostEvent>) {
         let (tx, rx) = channel();
-        let sink = Arc::new(Sink::new(tx, Arc::new(AtomicBool::new(false)), States::new("m", None)));
+        let sink = Arc::new(Sink::new(tx, Arc::new(AtomicBool::new(false)), States::new("m", None), None));
         let host = HostRequest { correlation_id: 9, flags, reschedulable, model: "m".into(), ..Default::default() };
         (Box::into_raw(Box::new(Request::new(host, sink))), rx)
     }

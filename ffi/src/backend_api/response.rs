@@ -16,6 +16,7 @@ use super::error::Error;
 use super::host::{HostError, HostEvent, HostResponse, HostTensor};
 use super::request::{BufferAttributes, Request};
 use super::state::States;
+use super::trace::InferenceTrace;
 
 /// Where a request's responses go.
 pub struct Sink {
@@ -25,11 +26,27 @@ pub struct Sink {
     states: States,
     /// What the backend reported of the request (`ModelInstanceReportStatistics`).
     pub(crate) report: Arc<std::sync::Mutex<Option<super::host::ReportedStats>>>,
+    /// The request's trace, if traced: it lives as long as the request and its response
+    /// factories, as Triton's does, so a decoupled model may spawn children until its last
+    /// response.
+    trace: Option<Box<InferenceTrace>>,
+    /// The index the backend's next reported response gets (`ReportResponseStatistics`).
+    pub(crate) response_index: std::sync::atomic::AtomicU64,
 }
 
 impl Sink {
-    pub(crate) fn new(tx: Sender<HostEvent>, cancelled: Arc<AtomicBool>, states: States) -> Self {
-        Sink { tx, cancelled, states, report: Arc::default() }
+    pub(crate) fn new(
+        tx: Sender<HostEvent>,
+        cancelled: Arc<AtomicBool>,
+        states: States,
+        trace: Option<Box<InferenceTrace>>,
+    ) -> Self {
+        Sink { tx, cancelled, states, report: Arc::default(), trace, response_index: Default::default() }
+    }
+
+    /// The request's trace object for the backend; null when it is not traced.
+    pub(crate) fn trace(&self) -> *mut InferenceTrace {
+        self.trace.as_deref().map_or(std::ptr::null_mut(), |t| (t as *const InferenceTrace).cast_mut())
     }
 
     pub(crate) fn states(&self) -> &States {
@@ -67,6 +84,13 @@ pub struct Response {
 /// A request's response factory: responses after the request is released.
 pub struct ResponseFactory {
     sink: Arc<Sink>,
+}
+
+impl ResponseFactory {
+    /// Its request's sink (shared by every factory of the request).
+    pub(crate) fn sink(&self) -> Arc<Sink> {
+        self.sink.clone()
+    }
 }
 
 export! {

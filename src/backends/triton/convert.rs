@@ -3,8 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use tritium_actors::{BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, Result, Tensor};
-use tritium_ffi::backend_api::{abi, HostError, HostParam, HostRequest, HostTensor, ReportedStats};
+use tritium_actors::{
+    BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, ResponseKind, Result, Tensor,
+};
+use tritium_ffi::backend_api::{
+    abi, HostError, HostParam, HostRequest, HostTensor, HostTrace, ReportedStats, ResponseOutcome, ResponseReport,
+};
 
 fn host_tensors(tensors: &[Tensor]) -> Vec<HostTensor> {
     tensors
@@ -55,6 +59,9 @@ fn from_request(mut r: HostRequest, request: Option<&InferRequest>) -> HostReque
     if let Some(req) = request {
         r.id = req.id.clone();
         r.timeout_us = req.timeout_us;
+        // A traced request's trace goes to the backend (opaque to it), and comes back on the
+        // requests it makes with it (BLS), whose traces become its children.
+        r.trace = req.trace.clone().map(|t| HostTrace { trace: t, context: String::new() });
         r.parameters = req
             .parameters
             .iter()
@@ -163,6 +170,23 @@ pub fn times(r: &ReportedStats) -> tritium_actors::ComputeTimes {
         compute_input: ns(r.exec_start_ns, r.compute_start_ns),
         compute_infer: ns(r.compute_start_ns, r.compute_end_ns),
         compute_output: ns(r.compute_end_ns, r.exec_end_ns),
+    }
+}
+
+/// A response the backend reported, as the engine's statistics take it.
+pub fn response_report(r: ResponseReport) -> tritium_actors::ResponseReport {
+    let kind = match r.outcome {
+        ResponseOutcome::Success => ResponseKind::Success,
+        ResponseOutcome::Empty => ResponseKind::Empty,
+        ResponseOutcome::Cancel => ResponseKind::Cancel,
+        ResponseOutcome::Fail => ResponseKind::Fail,
+    };
+    tritium_actors::ResponseReport {
+        index: r.index,
+        kind,
+        start_ns: r.response_start_ns,
+        compute_output_start_ns: r.compute_output_start_ns,
+        end_ns: r.response_end_ns,
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tritium_actors::{
-    Backend, BackendFactory, BackendReport, BatchInput, Error, InstanceKind, InstanceSpec, Result, Tensor,
+    Backend, BackendFactory, BackendReport, BatchInput, Error, InstanceKind, InstanceSpec, ModelStats, Result, Tensor,
 };
 use tritium_ffi::backend_api::{self as host, abi, HostEvent, LoadedInstance, LoadedModel};
 
@@ -158,6 +158,13 @@ impl BackendFactory for TritonFactory {
     /// A backend library takes a decoupled model's requests several at a time, as in Triton.
     fn decoupled_batches(&self) -> bool {
         true
+    }
+
+    /// The responses the backend reports (`ReportResponseStatistics`) are the model's
+    /// `response_stats`, as in Triton.
+    fn attach_stats(&self, stats: &Arc<ModelStats>) {
+        let stats = stats.clone();
+        self.model.on_response_statistics(Box::new(move |r| stats.record_response(&convert::response_report(r))));
     }
 
     fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {

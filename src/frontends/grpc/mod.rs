@@ -15,7 +15,6 @@ mod stream;
 mod tensors;
 pub mod tls;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,7 +125,21 @@ fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
             })
             .collect(),
         memory_usage: Vec::new(),
-        response_stats: HashMap::new(),
+        response_stats: s
+            .responses
+            .iter()
+            .map(|(index, r)| {
+                let figures = pb::InferResponseStatistics {
+                    compute_infer: duration(r.compute_infer),
+                    compute_output: duration(r.compute_output),
+                    success: duration(r.success),
+                    fail: duration(r.fail),
+                    empty_response: duration(r.empty_response),
+                    cancel: duration(r.cancel),
+                };
+                (index.clone(), figures)
+            })
+            .collect(),
     }
 }
 

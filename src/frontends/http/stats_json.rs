@@ -24,6 +24,21 @@ pub fn model_stats_json(m: &ModelStatistics) -> Value {
             })
         })
         .collect();
+    let response_stats: serde_json::Map<String, Value> = s
+        .responses
+        .iter()
+        .map(|(index, r)| {
+            let figures = json!({
+                "compute_infer": pair(r.compute_infer),
+                "compute_output": pair(r.compute_output),
+                "success": pair(r.success),
+                "fail": pair(r.fail),
+                "empty_response": pair(r.empty_response),
+                "cancel": pair(r.cancel),
+            });
+            (index.clone(), figures)
+        })
+        .collect();
     json!({
         "name": m.name,
         "version": m.version,
@@ -40,7 +55,7 @@ pub fn model_stats_json(m: &ModelStatistics) -> Value {
             "cache_hit": pair(s.cache_hit),
             "cache_miss": pair(s.cache_miss),
         },
-        "response_stats": {},
+        "response_stats": response_stats,
         "batch_stats": batch_stats,
         "memory_usage": [],
     })

@@ -50,19 +50,17 @@ impl ActiveTrace {
         request.trace = self.events.clone();
     }
 
-    /// Triton's record of this trace: the model object, then one object per timestamp.
+    /// Triton's record of this trace: the records of the requests made under it (an ensemble's
+    /// steps, a backend's BLS calls with its trace), each naming its parent's id; then the
+    /// model object and one object per timestamp.
     fn record_json(&self, version: i64, request_id: &str) -> String {
-        use std::fmt::Write as _;
-        let id = self.id;
-        let name = serde_json::Value::from(self.model.as_str());
-        let mut out = format!("{{\"id\":{id},\"model_name\":{name},\"model_version\":{version}");
-        if !request_id.is_empty() {
-            let _ = write!(out, ",\"request_id\":{}", serde_json::Value::from(request_id));
+        let mut out = String::new();
+        if let Some(events) = &self.events {
+            children_json(&mut out, self.id, events);
         }
-        out.push('}');
-        for (activity, at) in self.events.as_ref().map(|e| e.events()).unwrap_or_default() {
-            let _ = write!(out, ",{{\"id\":{id},\"timestamps\":[{{\"name\":\"{activity}\",\"ns\":{}}}]}}", ns_of(at));
-        }
+        let head = Head { id: self.id, model: &self.model, version, request_id, parent_id: None };
+        let events = self.events.as_ref().map(|e| e.events()).unwrap_or_default();
+        model_json(&mut out, head, &events);
         out
     }
 
@@ -92,6 +90,53 @@ impl ActiveTrace {
     }
 }
 
+/// The first object of a model's record.
+struct Head<'a> {
+    id: u64,
+    model: &'a str,
+    version: i64,
+    request_id: &'a str,
+    parent_id: Option<u64>,
+}
+
+/// Appends (after a comma when `out` has records) one model's record: its head, then its
+/// timestamps.
+fn model_json(out: &mut String, h: Head<'_>, events: &[(&'static str, Instant)]) {
+    use std::fmt::Write as _;
+    if !out.is_empty() {
+        out.push(',');
+    }
+    let (id, name) = (h.id, serde_json::Value::from(h.model));
+    let _ = write!(out, "{{\"id\":{id},\"model_name\":{name},\"model_version\":{}", h.version);
+    if !h.request_id.is_empty() {
+        let _ = write!(out, ",\"request_id\":{}", serde_json::Value::from(h.request_id));
+    }
+    if let Some(parent) = h.parent_id {
+        let _ = write!(out, ",\"parent_id\":{parent}");
+    }
+    out.push('}');
+    for (activity, at) in events {
+        let _ = write!(out, ",{{\"id\":{id},\"timestamps\":[{{\"name\":\"{activity}\",\"ns\":{}}}]}}", ns_of(*at));
+    }
+}
+
+/// Appends the records of `trace`'s children (whose parent's id is `parent_id`), each after
+/// its own children's, as Triton writes a child when it ends, before its parent.
+fn children_json(out: &mut String, parent_id: u64, trace: &Trace) {
+    for (model, child) in trace.children() {
+        let id = super::next_id();
+        children_json(out, id, &child);
+        let head = Head {
+            id,
+            model: &model,
+            version: child.version(),
+            request_id: child.request_id(),
+            parent_id: Some(parent_id),
+        };
+        model_json(out, head, &child.events());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -117,5 +162,40 @@ mod tests {
         let (a, b) =
             (json[1]["timestamps"][0]["ns"].as_u64().unwrap(), json[2]["timestamps"][0]["ns"].as_u64().unwrap());
         assert_eq!(b - a, 3000);
+    }
+
+    #[test]
+    fn a_child_is_recorded_before_its_parent_and_names_it() {
+        let m = TraceManager::new(on("/tmp/never-written.json"));
+        let t = m.sample("bls", None).unwrap();
+        t.record("REQUEST_START");
+        let child = t.events.as_ref().unwrap().child("add_sub");
+        child.record("REQUEST_START");
+        child.set_version(3);
+        child.set_request_id("call");
+        let grandchild = child.child("leaf");
+        grandchild.record("COMPUTE_START");
+        child.record("REQUEST_END");
+        let json: serde_json::Value = serde_json::from_str(&format!("[{}]", t.record_json(1, ""))).unwrap();
+        let heads: Vec<&serde_json::Value> =
+            json.as_array().unwrap().iter().filter(|o| o.get("model_name").is_some()).collect();
+        let (leaf, add_sub, bls) = (heads[0], heads[1], heads[2]);
+        assert_eq!((leaf["model_name"].as_str(), leaf["parent_id"].as_u64()), (Some("leaf"), add_sub["id"].as_u64()));
+        let child_id = add_sub["id"].as_u64().unwrap();
+        assert_eq!(
+            add_sub,
+            &serde_json::json!({"id": child_id, "model_name": "add_sub", "model_version": 3, "request_id": "call", "parent_id": t.id})
+        );
+        assert_eq!(bls, &serde_json::json!({"id": t.id, "model_name": "bls", "model_version": 1}));
+        let of = |id: u64| -> Vec<&str> {
+            json.as_array()
+                .unwrap()
+                .iter()
+                .filter(|o| o["id"] == id && o.get("timestamps").is_some())
+                .map(|o| o["timestamps"][0]["name"].as_str().unwrap())
+                .collect()
+        };
+        assert_eq!(of(child_id), ["REQUEST_START", "REQUEST_END"]);
+        assert_eq!(of(t.id), ["REQUEST_START"]);
     }
 }

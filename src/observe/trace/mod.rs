@@ -7,7 +7,9 @@
 //! the frontend finishes it; the record goes to a writer thread. With `log_frequency` 0 every
 //! trace is appended to `trace_file`, which stays a closed JSON array after each write; with N
 //! it is written, every N traces, to `<trace_file>.<index>`. The records are Triton's: one
-//! object naming the model and request, then one `{"id", "timestamps": [{name, ns}]}` per point.
+//! object naming the model and request, then one `{"id", "timestamps": [{name, ns}]}` per point,
+//! after the records of its children (ensemble steps, BLS calls made with its trace), which name
+//! it as their `parent_id`.
 //!
 //! The settings are in `settings`, sampling in `sampling`, the active trace in `active`, the
 //! file writer in `file`; this module holds the manager that ties them together.

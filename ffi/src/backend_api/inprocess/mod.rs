@@ -23,6 +23,7 @@ use super::error::Error;
 use super::host::{HostError, HostRequest, HostTensor};
 use super::message::{ParamValue, Parameter};
 use super::model::Server;
+use super::trace::{HostTrace, InferenceTrace};
 
 /// `TRITONSERVER_TXN_ONE_TO_ONE` and `TRITONSERVER_TXN_DECOUPLED`.
 pub const TXN_ONE_TO_ONE: u32 = 1;
@@ -36,6 +37,9 @@ pub struct InProcessRequest {
     pub version: Option<i64>,
     pub priority: u64,
     pub request: HostRequest,
+    /// The trace of the backend's request this one is made for, when the backend handed a
+    /// child of it (`ServerInferAsync`'s trace): the server traces this request as its child.
+    pub parent_trace: Option<HostTrace>,
 }
 
 /// What the server sends back for an in-process request; exactly one `Final` or `Failed` ends it.
@@ -96,14 +100,18 @@ fn error(e: HostError) -> Error {
 }
 
 export! {
-    fn TRITONSERVER_ServerInferAsync(srv: *mut Server, request: *mut InferenceRequest, trace: *mut c_void) {
-        let _ = trace; // Tritium hands backends no traces: the child request is not traced.
+    /// Queues the request; a child trace given with it is taken over (also when the call
+    /// fails, as in Triton) and the request is traced as a child of the trace it came from.
+    fn TRITONSERVER_ServerInferAsync(srv: *mut Server, request: *mut InferenceRequest, trace: *mut InferenceTrace) {
+        // SAFETY: null or a live trace object (the header's contract).
+        let parent_trace = if trace.is_null() { None } else { Some(unsafe { InferenceTrace::take_child(trace) }?) };
         let server = server(srv)?;
         let ptr = request;
         // SAFETY: a live request the caller made with `InferenceRequestNew` and hands over; it
         // stays alive until its release callback runs (the header's contract).
         let request = unsafe { super::boundary::borrow_mut(request, "inference request") }?;
-        let (message, mut delivery) = request.submit(ptr)?;
+        let (mut message, mut delivery) = request.submit(ptr)?;
+        message.parent_trace = parent_trace;
         let accepted = delivery.accepted();
         server.infer(message, Box::new(move |event| delivery.deliver(event))).map_err(error)?;
         accepted.store(true, std::sync::atomic::Ordering::Release);
