@@ -116,12 +116,16 @@ def main():
                 return run.returncode
             srv.alive()
     summary = [json.load(open(os.path.join(out, f"{p}-{n}.json"))) for n, p in points]
-    print("conversations protocol rate achieved p50_ms p99_ms unloaded_p50_ms compute_us errors crosstalk "
-          "state_B/conv rss_MiB server_cpu_us/turn client_cpu_us/turn")
+    print("conversations protocol rate achieved p50_ms p99_ms p99_from_sent_ms send_lag_p99_ms unloaded_p50_ms "
+          "server_us queue_us compute_per_turn_us p99/compute errors crosstalk state_B/conv rss_MiB "
+          "server_cpu_us/turn client_cpu_us/turn")
     for f in summary:
+        compute = f["compute_per_turn_us"]
         print(f"{f['conversations']} {f['protocol']} {f['target_rate']:.0f} {f['achieved_rate']:.0f} "
               f"{f['latency_us']['p50'] / 1e3:.2f} {f['latency_us']['p99'] / 1e3:.2f} "
-              f"{f['unloaded_us']['p50'] / 1e3:.2f} {f['compute_per_execution_us']:.0f} {f['errors']} "
+              f"{f['from_send_us']['p99'] / 1e3:.2f} {f['send_lag_us']['p99'] / 1e3:.2f} "
+              f"{f['unloaded_us']['p50'] / 1e3:.2f} {f['server_us']:.0f} {f['queue_us']:.0f} {compute:.0f} "
+              f"{f['latency_us']['p99'] / compute if compute else 0:.1f} {f['errors']} "
               f"{f['crosstalk']} {f['state_bytes_per_conversation']:.1f} {f['rss_loaded'] / 2**20:.1f} "
               f"{f['server_cpu_us_per_turn']:.0f} {f['client_cpu_us_per_turn']:.0f}")
     print(f"figures in {out}")

@@ -2,16 +2,19 @@
 accumulator for a few seconds over gRPC streams and over HTTP, against the debug server; every
 reply is checked by the load generator against the conversation's own running sum. Asserts 0
 errors, 0 cross-talk, every conversation live during the load, and all of them released by the
-idle timeout afterwards, a released conversation's next turn refused."""
+idle timeout afterwards, a released conversation's next turn refused; and chatecho, the floor
+under the turn latency, answering the same turns in place."""
 
 import json
 import subprocess
+import time
 
 import pytest
 
-from helpers import REPO_ROOT, tritium_bin
+from helpers import REPO_ROOT, free_ports, tritium_bin
 
 CHATLOAD = tritium_bin().parent / "chatload"
+CHATECHO = tritium_bin().parent / "chatecho"
 
 
 @pytest.fixture
@@ -44,3 +47,29 @@ def test_chatload_200_conversations(chat_server, protocol, tmp_path):
     assert f["reclaim"]["active_after"] == 0 and f["reclaim"]["state_bytes_after"] == 0, f
     assert f["reclaim"]["idle_releases"] >= 200, f
     assert f["released_turn_refused"] is True, f
+    # The server's split of a turn: its compute is part of its time in the server.
+    assert 0 < f["compute_per_turn_us"] <= f["server_us"], f
+    assert 0 <= f["queue_us"] <= f["server_us"], f
+    assert f["send_lag_us"]["count"] == f["from_send_us"]["count"] == f["answered"], f
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_chatecho_answers_every_turn_in_place(protocol, tmp_path):
+    assert CHATECHO.exists(), f"{CHATECHO} is missing: cargo build --workspace"
+    http_port, grpc_port = free_ports(2)
+    echo = subprocess.Popen([str(CHATECHO), "--http", f"127.0.0.1:{http_port}", "--grpc", f"127.0.0.1:{grpc_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = tmp_path / "figures.json"
+        run = subprocess.run(
+            [str(CHATLOAD), "--bare-server", "--protocol", protocol, "--http", f"127.0.0.1:{http_port}",
+             "--grpc", f"127.0.0.1:{grpc_port}", "--conversations", "100", "--rate", "200", "--duration", "1",
+             "--baseline-turns", "10", "--json", str(out)],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stdout + run.stderr
+        f = json.loads(out.read_text())
+        assert f["errors"] == 0 and f["crosstalk"] == 0 and f["answered"] == 200, f
+    finally:
+        echo.terminate()
+        echo.wait(timeout=10)

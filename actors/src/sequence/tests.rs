@@ -1,5 +1,5 @@
 //! The sequence batcher on its own, where the actors' tests cannot look: what a burst of
-//! cancelled STARTs leaves in the backlog.
+//! cancelled STARTs leaves in the backlog, and where the sweep for cancelled requests looks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,11 +58,17 @@ fn policies() -> (ModelPolicy, SequencePolicy) {
     (model, sequence)
 }
 
+type Client = tokio::sync::oneshot::Receiver<crate::Result<crate::InferResponse>>;
+
 /// A START of sequence `id`, and the receiver whose drop is the client going away.
-fn start(id: u64) -> (Pending, tokio::sync::oneshot::Receiver<crate::Result<crate::InferResponse>>) {
+fn start(id: u64) -> (Pending, Client) {
+    request(id, true)
+}
+
+fn request(id: u64, start: bool) -> (Pending, Client) {
     let data = Bytes::from(1i32.to_le_bytes().to_vec());
     let mut request = InferRequest::new("acc", vec![Tensor::new("IN", DataType::I32, vec![1, 1], data)]);
-    request.sequence = Some(SequenceFlags { id: CorrelationId::U64(id), start: true, end: false });
+    request.sequence = Some(SequenceFlags { id: CorrelationId::U64(id), start, end: false });
     let (reply, rx) = Reply::once();
     let p = Pending { request, reply, enqueued: std::time::Instant::now(), batch_size: 1, sequence: None, cache: None };
     (p, rx)
@@ -93,4 +99,34 @@ fn cancelled_starts_in_the_backlog_leave_nothing_behind() {
         assert!(b.backlog.capacity() <= 256, "the backlog's room is given back: {}", b.backlog.capacity());
         assert!(b.sequences.capacity() <= 256, "the table's room is given back: {}", b.sequences.capacity());
     }
+}
+
+#[test]
+fn the_cancel_sweep_finds_requests_queued_running_ready_and_backlogged() {
+    let (model, sequence) = policies();
+    let figures = Arc::new(ModelFigures::new(1));
+    let mut b = SequenceBatcher::new(&model, &sequence, figures, Arc::new(SystemClock));
+    let now = std::time::Instant::now();
+    // Sequence 1 holds the only slot and runs its START.
+    let (first, _client) = start(1);
+    b.push(first).unwrap();
+    assert!(matches!(b.next(0, now), crate::protocol::Next::Batch(batch) if batch.len() == 1));
+    // Its next turn waits behind the running one, and sequence 2 waits in the backlog; both
+    // clients go away.
+    let (behind, gone) = request(1, false);
+    b.push(behind).unwrap();
+    drop(gone);
+    let (backlogged, gone) = start(2);
+    b.push(backlogged).unwrap();
+    drop(gone);
+    assert_eq!(b.take_cancelled().len(), 2);
+    assert_eq!((b.queued, b.backlog.len(), b.sequences.len()), (0, 0, 1));
+    // Sequence 1 is idle; a turn of it ready to run goes away too, and the sequence stays.
+    assert!(b.finished(0, now).is_empty());
+    let (ready, gone) = request(1, false);
+    b.push(ready).unwrap();
+    drop(gone);
+    assert_eq!(b.take_cancelled().len(), 1);
+    assert_eq!((b.queued, b.sequences.len()), (0, 1));
+    assert!(matches!(b.next(0, now), crate::protocol::Next::Empty));
 }

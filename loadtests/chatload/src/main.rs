@@ -86,6 +86,10 @@ struct Args {
     /// conversation (0: do not wait).
     #[arg(long, default_value_t = 0.0)]
     reclaim_wait: f64,
+    /// The server only answers turns (`chatecho`, the floor under the turn latency): no
+    /// statistics or metrics to read.
+    #[arg(long)]
+    bare_server: bool,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<String>,
@@ -130,7 +134,17 @@ struct Tally {
     crosstalk: AtomicU64,
     late: AtomicU64,
     first_error: Mutex<Option<String>>,
-    latencies: Mutex<Vec<u32>>,
+    latencies: Mutex<Vec<TurnTimes>>,
+}
+
+/// An answered turn's times (µs): from when it was due and from when it was sent to its
+/// answer, and how late it was sent (the generator's own lateness: the pacer's wake-up, the
+/// runtime's, and a previous turn of its conversation still unanswered).
+#[derive(Debug, Clone, Copy)]
+struct TurnTimes {
+    due: u32,
+    sent: u32,
+    lag: u32,
 }
 
 impl Tally {
@@ -138,6 +152,54 @@ impl Tally {
         self.errors.fetch_add(1, Ordering::Relaxed);
         self.first_error.lock().unwrap().get_or_insert(message);
     }
+}
+
+/// One turn of conversation `index`, due at `scheduled`: waits for the conversation's previous
+/// turn, sends, checks the reply and records its times.
+async fn one_turn(
+    turns: Arc<Turns>,
+    conversations: Arc<Vec<tokio::sync::Mutex<Conversation>>>,
+    tally: Arc<Tally>,
+    index: u64,
+    scheduled: Instant,
+    timeout: Duration,
+) {
+    let conversation = &conversations[index as usize];
+    let mut c = match conversation.try_lock() {
+        Ok(c) => c,
+        Err(_) => {
+            // The previous turn is still unanswered: this one waits for it.
+            tally.late.fetch_add(1, Ordering::Relaxed);
+            conversation.lock().await
+        }
+    };
+    let (value, start) = c.next_turn();
+    let sent = Instant::now();
+    let result = tokio::time::timeout(timeout, turns.turn(index, c.sequence_id, value, start)).await;
+    let answered = Instant::now();
+    let us = |d: Duration| d.as_micros().min(u32::MAX as u128) as u32;
+    match result {
+        Err(_) => {
+            tally.timeouts.fetch_add(1, Ordering::Relaxed);
+            c.failed();
+        }
+        Ok(Err(e)) => {
+            tally.error(format!("conversation {index}: {e}"));
+            c.failed();
+        }
+        Ok(Ok(reply)) => {
+            if let Verdict::Mismatch { expected, got } = c.answer(value, start, reply) {
+                tally.crosstalk.fetch_add(1, Ordering::Relaxed);
+                tally.error(format!("conversation {index}: expected {expected}, got {got}"));
+            }
+            tally.latencies.lock().unwrap().push(TurnTimes {
+                due: us(answered - scheduled),
+                sent: us(answered - sent),
+                lag: us(sent.saturating_duration_since(scheduled)),
+            });
+        }
+    }
+    tally.done.fetch_add(1, Ordering::Relaxed);
 }
 
 /// One conversation, sequentially, `n` turns: the turn time without load (µs).
@@ -177,76 +239,59 @@ async fn main() -> Result<()> {
     // The baseline conversation's id is past the load's ones.
     let unloaded = baseline(&turns, base + n, args.baseline_turns, Duration::from_millis(args.timeout_ms)).await?;
     let rss_before = args.pid.map(server::rss_bytes).transpose()?;
-    let compute_before = server::compute(&args.http, &args.model).await?;
+    let bare = args.bare_server;
+    let compute_before = if bare { Default::default() } else { server::compute(&args.http, &args.model).await? };
     let cpu_before = (args.pid.map(server::cpu_seconds).transpose()?, server::cpu_seconds(std::process::id())?);
-    let releases_before = server::sequences(&args.metrics, &args.model).await?.idle_releases;
+    let releases_before = if bare { 0.0 } else { server::sequences(&args.metrics, &args.model).await?.idle_releases };
 
     let conversations: Arc<Vec<tokio::sync::Mutex<Conversation>>> =
         Arc::new((0..n).map(|i| tokio::sync::Mutex::new(Conversation::new(i, base + i))).collect());
     let tally = Arc::new(Tally::default());
     let total = (args.rate * args.duration).round() as u64;
     let timeout = Duration::from_millis(args.timeout_ms);
+    // The pacer: an OS thread that sleeps until each turn is due (nanosleep, tens of
+    // microseconds late) and hands the turns due by then to the runtime. Tokio's timer has
+    // millisecond resolution: pacing with `sleep_until` sent the turns of each millisecond
+    // together, up to a millisecond after they were due, and that lateness counted in every
+    // turn's latency (p50 about 1 ms at 10,000 turns/s whatever the server did).
     let start = Instant::now();
-    let due = |k: u64| start + Duration::from_secs_f64(k as f64 / args.rate);
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut k = 0;
-    while k < total {
-        let now_due = ((start.elapsed().as_secs_f64() * args.rate) as u64 + 1).min(total);
-        while k < now_due {
-            let (turns, conversations, tally, scheduled) =
-                (turns.clone(), conversations.clone(), tally.clone(), due(k));
-            let index = k % n;
-            tasks.spawn(async move {
-                let conversation = &conversations[index as usize];
-                let mut c = match conversation.try_lock() {
-                    Ok(c) => c,
-                    Err(_) => {
-                        // The previous turn is still unanswered: this one waits for it.
-                        tally.late.fetch_add(1, Ordering::Relaxed);
-                        conversation.lock().await
-                    }
-                };
-                let (value, start) = c.next_turn();
-                let result = tokio::time::timeout(timeout, turns.turn(index, c.sequence_id, value, start)).await;
-                let latency = scheduled.elapsed().as_micros().min(u32::MAX as u128) as u32;
-                match result {
-                    Err(_) => {
-                        tally.timeouts.fetch_add(1, Ordering::Relaxed);
-                        c.failed();
-                    }
-                    Ok(Err(e)) => {
-                        tally.error(format!("conversation {index}: {e}"));
-                        c.failed();
-                    }
-                    Ok(Ok(reply)) => {
-                        if let Verdict::Mismatch { expected, got } = c.answer(value, start, reply) {
-                            tally.crosstalk.fetch_add(1, Ordering::Relaxed);
-                            tally.error(format!("conversation {index}: expected {expected}, got {got}"));
-                        }
-                        tally.latencies.lock().unwrap().push(latency);
-                    }
+    let rate = args.rate;
+    let due = move |k: u64| start + Duration::from_secs_f64(k as f64 / rate);
+    let runtime = tokio::runtime::Handle::current();
+    let pacer = {
+        let (turns, conversations, tally) = (turns.clone(), conversations.clone(), tally.clone());
+        std::thread::Builder::new().name("chatload-pacer".into()).spawn(move || {
+            let mut k = 0;
+            while k < total {
+                let wait = due(k).saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
                 }
-                tally.done.fetch_add(1, Ordering::Relaxed);
-            });
-            k += 1;
-        }
-        while tasks.try_join_next().is_some() {}
-        if k < total {
-            tokio::time::sleep_until(due(k).into()).await;
-        }
+                let now_due = ((start.elapsed().as_secs_f64() * rate) as u64 + 1).min(total);
+                while k < now_due {
+                    let (turns, conversations, tally) = (turns.clone(), conversations.clone(), tally.clone());
+                    runtime.spawn(one_turn(turns, conversations, tally, k % n, due(k), timeout));
+                    k += 1;
+                }
+            }
+        })?
+    };
+    tokio::task::spawn_blocking(move || pacer.join()).await?.map_err(|_| anyhow::anyhow!("the pacer panicked"))?;
+    while tally.done.load(Ordering::Relaxed) < total {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    while tasks.join_next().await.is_some() {}
     let elapsed = start.elapsed().as_secs_f64();
     let last_turn = Instant::now();
 
-    let live = server::sequences(&args.metrics, &args.model).await?;
+    let live = if bare { Default::default() } else { server::sequences(&args.metrics, &args.model).await? };
     let rss_loaded = args.pid.map(server::rss_bytes).transpose()?;
     let server_cpu = match (args.pid, cpu_before.0) {
         (Some(pid), Some(before)) => server::cpu_seconds(pid)? - before,
         _ => 0.0,
     };
     let client_cpu = server::cpu_seconds(std::process::id())? - cpu_before.1;
-    let compute = server::compute(&args.http, &args.model).await?.since(compute_before);
+    let compute =
+        if bare { Default::default() } else { server::compute(&args.http, &args.model).await?.since(compute_before) };
     let stream_errors = turns.stream_errors();
     if let Turns::Grpc(g) = &*turns {
         if let Some(e) = g.first_stream_error.lock().unwrap().clone() {
@@ -278,7 +323,8 @@ async fn main() -> Result<()> {
         _ => None,
     };
 
-    let latencies = std::mem::take(&mut *tally.latencies.lock().unwrap());
+    let times = std::mem::take(&mut *tally.latencies.lock().unwrap());
+    let pick = |f: fn(&TurnTimes) -> u32| Latencies::of(times.iter().map(f).collect());
     let figures = Figures {
         protocol: format!("{:?}", args.protocol).to_lowercase(),
         model: args.model.clone(),
@@ -288,17 +334,22 @@ async fn main() -> Result<()> {
         target_rate: args.rate,
         duration_s: elapsed,
         turns: tally.done.load(Ordering::Relaxed),
-        answered: latencies.len() as u64,
-        achieved_rate: latencies.len() as f64 / elapsed,
+        answered: times.len() as u64,
+        achieved_rate: times.len() as f64 / elapsed,
         late_turns: tally.late.load(Ordering::Relaxed),
         errors: tally.errors.load(Ordering::Relaxed) + tally.timeouts.load(Ordering::Relaxed) + stream_errors,
         timeouts: tally.timeouts.load(Ordering::Relaxed),
         crosstalk: tally.crosstalk.load(Ordering::Relaxed),
         first_error: tally.first_error.lock().unwrap().clone(),
-        latency_us: Latencies::of(latencies),
+        latency_us: pick(|t| t.due),
+        from_send_us: pick(|t| t.sent),
+        send_lag_us: pick(|t| t.lag),
         unloaded_us: unloaded,
+        server_us: compute.per_request_us(compute.success_ns),
+        queue_us: compute.per_request_us(compute.queue_ns),
+        compute_per_turn_us: compute.per_request_us(compute.request_compute_ns),
         compute_per_execution_us: if compute.executions > 0 {
-            compute.compute_infer_ns as f64 / compute.executions as f64 / 1e3
+            compute.execution_compute_ns as f64 / compute.executions as f64 / 1e3
         } else {
             0.0
         },

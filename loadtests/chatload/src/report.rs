@@ -83,8 +83,20 @@ pub struct Figures {
     pub timeouts: u64,
     pub crosstalk: u64,
     pub first_error: Option<String>,
+    /// From the time each turn was due (open loop: the generator's lateness counts).
     pub latency_us: Latencies,
+    /// From the time each turn was sent.
+    pub from_send_us: Latencies,
+    /// How late each turn was sent.
+    pub send_lag_us: Latencies,
     pub unloaded_us: Latencies,
+    /// Per turn, from the server's statistics: its time in the server (arrival to response),
+    /// its queue time, and the compute (input, infer, output) of the execution it ran in — the
+    /// model's own compute for that turn.
+    pub server_us: f64,
+    pub queue_us: f64,
+    pub compute_per_turn_us: f64,
+    /// The compute of an execution (each counted once, from batch_stats).
     pub compute_per_execution_us: f64,
     pub inferences_per_execution: f64,
     /// CPU time per turn of the server (with --pid) and of this load generator, during the load.
@@ -115,9 +127,12 @@ impl Figures {
         let mut s = format!(
             "chatload {} {}: {} conversations on {} connection(s){}, {:.0} turns/s target, {:.1} s\n\
              turns {} answered {} achieved {:.1}/s late {} errors {} (timeouts {}) cross-talk {}\n\
-             turn latency us: p50 {} p99 {} p99.9 {} max {}\n\
+             turn latency us (from due): p50 {} p99 {} p99.9 {} max {}\n\
+             turn latency us (from sent): p50 {} p99 {}; send lag us: p50 {} p99 {}\n\
              unloaded turn us (one conversation, sequential): p50 {} p99 {}\n\
-             model compute per execution {:.1} us ({:.2} inferences/execution); p99 / compute {:.1}x, p99 / unloaded p50 {:.1}x\n\
+             server per turn us (statistics): in server {:.1}, queue {:.1}, compute of its execution {:.1}\n\
+             model compute per execution {:.1} us ({:.2} inferences/execution); p99 / compute per turn {:.1}x \
+             (from sent {:.1}x), p99 / unloaded p50 {:.1}x\n\
              CPU per turn: server {:.0} us, load generator {:.0} us\n\
              live sequences {} backlog {} state bytes {} ({:.1} per live conversation) evictions {}\n\
              server RSS {:.1} MiB before, {:.1} MiB loaded ({:.0} bytes per conversation)\n",
@@ -139,11 +154,19 @@ impl Figures {
             l.p99,
             l.p999,
             l.max,
+            self.from_send_us.p50,
+            self.from_send_us.p99,
+            self.send_lag_us.p50,
+            self.send_lag_us.p99,
             u.p50,
             u.p99,
+            self.server_us,
+            self.queue_us,
+            self.compute_per_turn_us,
             self.compute_per_execution_us,
             self.inferences_per_execution,
-            per(l.p99 as f64, self.compute_per_execution_us),
+            per(l.p99 as f64, self.compute_per_turn_us),
+            per(self.from_send_us.p99 as f64, self.compute_per_turn_us),
             per(l.p99 as f64, u.p50 as f64),
             self.server_cpu_us_per_turn,
             self.client_cpu_us_per_turn,
@@ -181,7 +204,10 @@ impl Figures {
             "duration_s": self.duration_s, "turns": self.turns, "answered": self.answered,
             "achieved_rate": self.achieved_rate, "late_turns": self.late_turns, "errors": self.errors,
             "timeouts": self.timeouts, "crosstalk": self.crosstalk, "first_error": self.first_error,
-            "latency_us": self.latency_us.json(), "unloaded_us": self.unloaded_us.json(),
+            "latency_us": self.latency_us.json(), "from_send_us": self.from_send_us.json(),
+            "send_lag_us": self.send_lag_us.json(), "unloaded_us": self.unloaded_us.json(),
+            "server_us": self.server_us, "queue_us": self.queue_us,
+            "compute_per_turn_us": self.compute_per_turn_us,
             "compute_per_execution_us": self.compute_per_execution_us,
             "inferences_per_execution": self.inferences_per_execution,
             "server_cpu_us_per_turn": self.server_cpu_us_per_turn,

@@ -77,12 +77,23 @@ pub fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok((ticks(14)? + ticks(15)?) as f64 / 100.0)
 }
 
-/// The model's counters that say what its own compute costs.
+/// The model's statistics (Triton's statistics extension) that split a turn's time inside the
+/// server. `inference_stats` add, for every request, the durations of the execution it ran in,
+/// so dividing them by the requests gives the compute of the execution an average turn ran in;
+/// `batch_stats` add each execution once.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Compute {
     pub inferences: u64,
     pub executions: u64,
+    /// Requests answered, and their time in the server (arrival to response), queue time and
+    /// the compute (input, infer, output) of the executions they ran in.
+    pub requests: u64,
+    pub success_ns: u64,
+    pub queue_ns: u64,
+    pub request_compute_ns: u64,
     pub compute_infer_ns: u64,
+    /// The compute (input, infer, output) of every execution, each counted once.
+    pub execution_compute_ns: u64,
 }
 
 impl Compute {
@@ -90,7 +101,21 @@ impl Compute {
         Compute {
             inferences: self.inferences - before.inferences,
             executions: self.executions - before.executions,
+            requests: self.requests - before.requests,
+            success_ns: self.success_ns - before.success_ns,
+            queue_ns: self.queue_ns - before.queue_ns,
+            request_compute_ns: self.request_compute_ns - before.request_compute_ns,
             compute_infer_ns: self.compute_infer_ns - before.compute_infer_ns,
+            execution_compute_ns: self.execution_compute_ns - before.execution_compute_ns,
+        }
+    }
+
+    /// Microseconds of `ns` per request (0 without requests).
+    pub fn per_request_us(&self, ns: u64) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            ns as f64 / self.requests as f64 / 1e3
         }
     }
 }
@@ -98,13 +123,27 @@ impl Compute {
 pub async fn compute(http_address: &str, model: &str) -> Result<Compute> {
     let text = get(http_address, &format!("/v2/models/{model}/stats")).await?;
     let v: serde_json::Value = serde_json::from_str(&text)?;
-    let s = &v["model_stats"][0];
+    Ok(parse_compute(&v["model_stats"][0]))
+}
+
+fn parse_compute(s: &serde_json::Value) -> Compute {
     let n = |x: &serde_json::Value| x.as_u64().or_else(|| x.as_str().and_then(|s| s.parse().ok())).unwrap_or(0);
-    Ok(Compute {
+    let i = &s["inference_stats"];
+    let phases = ["compute_input", "compute_infer", "compute_output"];
+    let execution_compute_ns = s["batch_stats"]
+        .as_array()
+        .map(|b| b.iter().map(|b| phases.iter().map(|p| n(&b[p]["ns"])).sum::<u64>()).sum())
+        .unwrap_or(0);
+    Compute {
         inferences: n(&s["inference_count"]),
         executions: n(&s["execution_count"]),
-        compute_infer_ns: n(&s["inference_stats"]["compute_infer"]["ns"]),
-    })
+        requests: n(&i["success"]["count"]),
+        success_ns: n(&i["success"]["ns"]),
+        queue_ns: n(&i["queue"]["ns"]),
+        request_compute_ns: phases.iter().map(|p| n(&i[p]["ns"])).sum(),
+        compute_infer_ns: n(&i["compute_infer"]["ns"]),
+        execution_compute_ns,
+    }
 }
 
 #[cfg(test)]
@@ -123,10 +162,32 @@ mod tests {
     }
 
     #[test]
+    fn splits_request_and_execution_compute() {
+        // Two executions: one of 2 requests (100 + 10 + 10 ns), one of 1 request (50 ns).
+        let stats = serde_json::json!({
+            "inference_count": 3, "execution_count": 2,
+            "inference_stats": {
+                "success": {"count": 3, "ns": 900}, "queue": {"count": 3, "ns": 300},
+                "compute_input": {"count": 3, "ns": 20}, "compute_infer": {"count": 3, "ns": 250},
+                "compute_output": {"count": 3, "ns": 20}},
+            "batch_stats": [
+                {"batch_size": 1, "compute_input": {"count": 1, "ns": 0},
+                 "compute_infer": {"count": 1, "ns": 50}, "compute_output": {"count": 1, "ns": 0}},
+                {"batch_size": 2, "compute_input": {"count": 1, "ns": 10},
+                 "compute_infer": {"count": 1, "ns": 100}, "compute_output": {"count": 1, "ns": 10}}]
+        });
+        let c = parse_compute(&stats);
+        assert_eq!((c.requests, c.executions, c.execution_compute_ns, c.request_compute_ns), (3, 2, 170, 290));
+        assert_eq!(c.per_request_us(c.queue_ns), 0.1);
+    }
+
+    #[test]
     fn reads_own_rss_and_cpu() {
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
+        // Spins until the kernel has counted a tick (1/100 s) of its CPU: on a busy machine 50 ms
+        // of wall time could hold less than one tick of CPU.
         let t = std::time::Instant::now();
-        while t.elapsed().as_millis() < 50 {
+        while cpu_seconds(std::process::id()).unwrap() == 0.0 && t.elapsed().as_secs() < 10 {
             std::hint::black_box(t.elapsed());
         }
         assert!(cpu_seconds(std::process::id()).unwrap() > 0.0);
