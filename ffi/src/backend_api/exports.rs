@@ -172,8 +172,8 @@ mod tests {
         assert_eq!(unique.len(), t.len());
         assert_eq!(
             t.len(),
-            133,
-            "the 121 functions Triton 2.51's Python backend calls, MetricNew, 7 more of the in-process API and the 4 of the state API"
+            143,
+            "the 121 functions Triton 2.51's Python backend calls, MetricNew, 7 more of the in-process API, the 4 of the state API, the 9 of response statistics and InferenceTraceDelete"
         );
     }
 }
