@@ -5,7 +5,9 @@ A request with a `timeout` gets an error with a clear text within its timeout; t
 request is served; another model is not disturbed. ONNX Runtime and TensorFlow stop the run
 themselves (the instance serves on, no restart); libtorch cannot be stopped, so its instance
 is replaced (`tritium_instance_restarts_total` counts it) and the stuck thread is left to it.
-A request without a timeout is not watched: it runs on the instance's thread, as before."""
+A gRPC deadline alone stops the runs that can be stopped (ONNX Runtime, TensorFlow) and gives
+no instance up. A request without either is not watched: it runs on the instance's thread, as
+before."""
 import os
 import subprocess
 import sys
@@ -171,6 +173,23 @@ def test_a_grpc_request_timeout_stops_an_onnx_loop_too(server):
     assert "ONNX Runtime stopped it" in e.value.message(), e.value
     x.set_data_from_numpy(np.array([-7], dtype=np.int64))
     assert client.infer("onnx_hang", [x]).as_numpy("OUTPUT0").tolist() == [-7]
+    client.close()
+
+
+def test_a_grpc_deadline_alone_stops_an_onnx_loop_whose_client_has_gone(server):
+    """No `timeout` parameter: the client's gRPC deadline ends its call, and ONNX Runtime stops
+    the run then too, so the model's one instance is free for the next request at once."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = grpcclient.InferInput("INPUT0", [1], "INT64")
+    x.set_data_from_numpy(np.array([0], dtype=np.int64))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("onnx_hang", [x], client_timeout=TIMEOUT_US / 1e6)
+    assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED", e.value
+    x.set_data_from_numpy(np.array([-9], dtype=np.int64))
+    started = time.monotonic()
+    assert client.infer("onnx_hang", [x], client_timeout=ANSWER_WITHIN_S).as_numpy("OUTPUT0").tolist() == [-9]
+    assert time.monotonic() - started < ANSWER_WITHIN_S
+    assert restarts(server, "onnx_hang") == 0
     client.close()
 
 

@@ -6,11 +6,13 @@
 //! - a runtime that can be stopped from another thread (ONNX Runtime's `RunOptions` terminate) runs on the
 //!   instance's thread while the process's one [`arm`]ed alarm stops it at the deadline: the batch fails and
 //!   the instance serves on. (TensorFlow stops itself: its `RunOptions.timeout_in_ms` carries the time left,
-//!   see [`left_ms`].)
+//!   see [`left_ms`].) Such a run is also stopped at a client's own deadline (a gRPC deadline, [`stop_at`]):
+//!   its client has gone.
 //! - a runtime that cannot be stopped (libtorch, a backend of Triton's backend API) runs on an [`Executor`],
-//!   a thread of the instance's own, while the instance's thread waits up to the deadline: past it the batch
-//!   fails with [`hung`]'s text, the thread is left to the stuck call, and the instance says it is unhealthy
-//!   so that the supervisor replaces it.
+//!   a thread of the instance's own, while the instance's thread waits up to the request timeout: past it the
+//!   batch fails with [`hung`]'s text, the thread is left to the stuck call, and the instance says it is
+//!   unhealthy so that the supervisor replaces it. A client's deadline alone never gives an instance up (a
+//!   slow run is not a hung one).
 //!
 //! Triton bounds only a request's time in the queue with its timeout; a backend that never
 //! returns holds its instance there for ever.
@@ -37,13 +39,22 @@ pub fn deadlines(batch: &BatchInput<'_>) -> Vec<Option<Instant>> {
     }
 }
 
-/// The batch's first request timeout: the batch is watched until then. None: not watched.
+/// The batch's requests (the lone one where the caller gives it alone).
+fn requests<'a>(batch: &'a BatchInput<'_>) -> impl Iterator<Item = &'a InferRequest> {
+    let all = if batch.requests.len() > 1 { batch.requests } else { &[] };
+    all.iter().copied().chain(batch.request.filter(|_| all.is_empty()))
+}
+
+/// The batch's first request timeout: a run that cannot be stopped is watched until then (and
+/// its instance given up past it). None: not watched.
 pub fn deadline(batch: &BatchInput<'_>) -> Option<Instant> {
-    if batch.requests.len() > 1 {
-        batch.requests.iter().filter_map(|r| request_deadline(r)).min()
-    } else {
-        batch.request.and_then(request_deadline)
-    }
+    requests(batch).filter_map(request_deadline).min()
+}
+
+/// When a run that can be stopped cheaply is stopped: the first of the batch's request
+/// timeouts and its clients' own deadlines (a gRPC deadline: past it the client has gone).
+pub fn stop_at(batch: &BatchInput<'_>) -> Option<Instant> {
+    requests(batch).flat_map(|r| [request_deadline(r), r.client_deadline]).flatten().min()
 }
 
 /// The milliseconds left until `deadline`, at least 1 (a runtime's timeout of 0 means none).
@@ -308,6 +319,14 @@ mod tests {
         assert_eq!(deadlines(&batch), vec![request_deadline(&a), request_deadline(&b), None]);
         let one = BatchInput { request: Some(&c), ..BatchInput::bare(&[], &[], 1) };
         assert_eq!(deadline(&one), None);
+        assert_eq!(stop_at(&one), None);
+        let mut d = InferRequest::new("m", vec![]);
+        d.client_deadline = Some(Instant::now() + Duration::from_millis(10));
+        let alone = BatchInput { request: Some(&d), ..BatchInput::bare(&[], &[], 1) };
+        assert_eq!((deadline(&alone), stop_at(&alone)), (None, d.client_deadline), "a client deadline never gives up");
+        let requests = [&a, &d];
+        let both = BatchInput { requests: &requests, ..BatchInput::bare(&[], &[], 2) };
+        assert_eq!((deadline(&both), stop_at(&both)), (request_deadline(&a), d.client_deadline));
         assert!(left_ms(Instant::now() - Duration::from_secs(1)) == 1);
     }
 }

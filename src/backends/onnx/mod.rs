@@ -214,8 +214,8 @@ impl Backend for OnnxBackend {
         }
         let model = self.model.clone();
         let run_error = |e: ort::Error| Error::internal(format!("model '{model}': onnxruntime failed: {e}"));
-        if let Some(deadline) = watchdog::deadline(&batch) {
-            // Watched until its first request's timeout: ONNX Runtime stops the run when the
+        if let Some(deadline) = watchdog::stop_at(&batch) {
+            // Watched until its first request timeout or client deadline: ONNX Runtime stops the run when the
             // alarm sets its terminate flag. (Options that select outputs cannot be shared with
             // the alarm's thread: every output is computed and the wanted ones kept.)
             let options = Arc::new(RunOptions::new().map_err(run_error)?);

@@ -426,9 +426,9 @@ impl Backend for TensorflowBackend {
             .filter(|(name, _)| wanted(name))
             .map(|(name, bound)| (name.as_str(), args.request_fetch(&bound.op, bound.index)))
             .collect();
-        // Watched until its first request's timeout: TensorFlow cancels the step itself when
+        // Watched until its first request timeout or client deadline: TensorFlow cancels the step itself when
         // RunOptions.timeout_in_ms (field 2) runs out, and answers DEADLINE_EXCEEDED.
-        let deadline = watchdog::deadline(&batch);
+        let deadline = watchdog::stop_at(&batch);
         if let Some(deadline) = deadline {
             let mut options = Vec::with_capacity(11);
             prost::encoding::int64::encode(2, &watchdog::left_ms(deadline), &mut options);
