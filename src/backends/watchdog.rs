@@ -145,8 +145,12 @@ pub fn arm(deadline: Instant, ring: impl FnOnce() + Send + 'static) -> Armed {
     let key = (deadline, alarms.next);
     alarms.next += 1;
     alarms.due.insert(key, Box::new(ring));
+    // The thread sleeps until the first alarm: it need only wake when that changes.
+    let first = alarms.due.keys().next() == Some(&key);
     drop(alarms);
-    clock.changed.notify_one();
+    if first {
+        clock.changed.notify_one();
+    }
     Armed { key }
 }
 
@@ -261,6 +265,23 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(rung.load(Ordering::SeqCst), 1, "only the alarm kept rang, once");
         drop(kept);
+    }
+
+    #[test]
+    fn alarms_ring_in_deadline_order_whatever_order_they_were_armed_in() {
+        let (tx, rx) = channel();
+        let now = Instant::now();
+        let ring = |n: u32| {
+            let tx = tx.clone();
+            move || {
+                let _ = tx.send(n);
+            }
+        };
+        let _b = arm(now + Duration::from_millis(60), ring(2));
+        let _c = arm(now + Duration::from_millis(90), ring(3));
+        let _a = arm(now + Duration::from_millis(30), ring(1));
+        let got: Vec<u32> = (0..3).map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("rang")).collect();
+        assert_eq!(got, [1, 2, 3]);
     }
 
     #[test]
