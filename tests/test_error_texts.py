@@ -238,13 +238,16 @@ POLL_FAILURE = "failed to load '{}', failed to poll from model repository"
 
 
 def test_load_of_a_model_the_repository_lacks(srv, gclient):
+    """Triton's text, but a client error where Triton 2.51 answers 500 / INTERNAL (issue 16: bad
+    input gets a 4xx; the README's differences from Triton list it)."""
     r = srv.post("/v2/repository/models/nope/load")
-    assert r.status_code == 500
-    assert error_text(r) == POLL_FAILURE.format("nope")
+    assert r.status_code == 400
+    assert r.json() == {"error": POLL_FAILURE.format("nope")}
     with pytest.raises(InferenceServerException) as info:
         gclient.load_model("nope")
-    assert info.value.status() == "StatusCode.INTERNAL"
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert info.value.message() == POLL_FAILURE.format("nope")
+    assert gclient.is_server_live()
 
 
 def test_load_with_a_malformed_config_override(srv, gclient):

@@ -185,7 +185,7 @@ def test_explicit_load_unload_over_grpc(start_server, repo_copy):
         assert not c.is_model_ready("add_sub")
         c.load_model("add_sub")
         assert c.is_model_ready("add_sub")
-        raises(lambda: c.load_model("nope"), "StatusCode.INTERNAL",
+        raises(lambda: c.load_model("nope"), "StatusCode.INVALID_ARGUMENT",
                "failed to load 'nope', failed to poll from model repository")
         c.unload_model("nope")  # OK, as in Triton
         c.infer("add_sub", add_sub_inputs(rand(), rand()))

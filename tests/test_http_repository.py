@@ -189,7 +189,7 @@ def test_explicit_mode_load_unload_and_config_override(start_server, repo_copy):
     infer_add_sub(srv.client)
 
     r = srv.post("/v2/repository/models/nope/load")
-    assert r.status_code == 500
+    assert r.status_code == 400
     assert error_text(r) == "failed to load 'nope', failed to poll from model repository"
     r = srv.post("/v2/repository/models/mlp/load", {"parameters": {"config": "{not json"}})
     assert r.status_code >= 400

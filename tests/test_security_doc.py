@@ -150,5 +150,9 @@ def test_the_quoted_load_refusals_are_the_servers(srv):
         with pytest.raises(InferenceServerException) as e:
             c.load_model("m", files={"file:1/model.onnx": b"a"})
         quoted(e.value.message(), poll + "Load parameter")
+        with pytest.raises(InferenceServerException) as e:
+            c.load_model("nope")
+        assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+        quoted(e.value.message(), "failed to load '<m>', failed to poll from model repository")
     finally:
         c.close()

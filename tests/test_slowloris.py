@@ -1,7 +1,8 @@
 """Slow clients and connection limits (issue 16, point 4): a client that sends its headers and
 then stalls or trickles its body is answered 408 after `--http-body-read-timeout` (Tritium's
 flag; Triton has no body timeout) and loses its connection, as a gRPC message that stalls is
-after `--grpc-message-read-timeout` (DEADLINE_EXCEEDED); `--http-max-connections` and
+after `--grpc-message-read-timeout` (DEADLINE_EXCEEDED and the flag's text, read from the
+call's HTTP/2 trailers with `hpack`); `--http-max-connections` and
 `--grpc-max-connections` keep idle connections from taking the server's file descriptors while
 the clients being served carry on; a gRPC connection that never sends HTTP/2's preface is closed.
 """
@@ -10,7 +11,9 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 
+import hpack
 import numpy as np
 import pytest
 import requests
@@ -269,30 +272,62 @@ def grpc_call_head(port, method):
     return PREFACE + h2_frame(4, 0, 0, b"") + h2_frame(1, 0x4, 1, headers)  # SETTINGS, HEADERS
 
 
+class StreamEnd:
+    """How the server ended stream 1: after `took` seconds, with the headers of its header blocks
+    (the response headers and the trailers, HPACK-decoded in the connection's order) and whether
+    it reset the stream."""
+
+    def __init__(self, took, headers, reset):
+        self.took, self.headers, self.reset = took, headers, reset
+
+    def trailer(self, name):
+        return next((v for k, v in reversed(self.headers) if k == name), None)
+
+
 def wait_for_stream_end(sock, timeout):
     """Reads frames until the server ends stream 1 (HEADERS with END_STREAM, or RST_STREAM);
-    returns the seconds it took, or None if it did not within `timeout`."""
+    returns a StreamEnd, or None if it did not within `timeout`."""
     started, buf = time.monotonic(), b""
+    decoder, block, headers = hpack.Decoder(), b"", []
     sock.settimeout(0.2)
     while time.monotonic() - started < timeout:
         try:
             chunk = sock.recv(65536)
         except socket.timeout:
             continue
-        if not chunk:
-            return time.monotonic() - started  # the connection closed: the stream ended too
+        if not chunk:  # the connection closed: the stream ended too
+            return StreamEnd(time.monotonic() - started, headers, reset=False)
         buf += chunk
         while len(buf) >= 9:
             length = int.from_bytes(buf[:3], "big")
             if len(buf) < 9 + length:
                 break
             kind, flags, stream = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
-            buf = buf[9 + length:]
+            payload, buf = buf[9:9 + length], buf[9 + length:]
             if kind == 4 and not flags & 1:
                 sock.sendall(h2_frame(4, 1, 0, b""))  # SETTINGS ACK
+            if kind in (1, 9):  # HEADERS, CONTINUATION: one header block, decoded whole
+                if kind == 1 and flags & 0x8:  # PADDED
+                    payload = payload[1:len(payload) - payload[0]]
+                if kind == 1 and flags & 0x20:  # PRIORITY
+                    payload = payload[5:]
+                block += payload
+                if flags & 0x4:  # END_HEADERS
+                    decoded = decoder.decode(block)
+                    block = b""
+                    if stream == 1:
+                        headers += decoded
             if stream == 1 and (kind == 3 or (kind == 1 and flags & 1)):
-                return time.monotonic() - started
+                return StreamEnd(time.monotonic() - started, headers, reset=kind == 3)
     return None
+
+
+def assert_read_timeout_status(end):
+    """The call ends with DEADLINE_EXCEEDED and the flag's text, in its trailers."""
+    assert end.trailer("grpc-status") == "4", end.headers  # DEADLINE_EXCEEDED
+    assert urllib.parse.unquote(end.trailer("grpc-message")) == (
+        f"the request message did not arrive within {BODY_TIMEOUT} s. "
+        "Use --grpc-message-read-timeout to change the limit."), end.headers
 
 
 def test_a_stalled_grpc_message_ends_its_call_and_the_server_serves_on(srv):
@@ -300,17 +335,19 @@ def test_a_stalled_grpc_message_ends_its_call_and_the_server_serves_on(srv):
     with socket.create_connection(("127.0.0.1", srv.grpc_port)) as s:
         s.sendall(grpc_call_head(srv.grpc_port, "ModelInfer"))
         s.sendall(h2_frame(0, 0, 1, b"\x00" + (100).to_bytes(4, "big") + b"\x0a" * 10))
-        took = wait_for_stream_end(s, BODY_TIMEOUT + 8)
-    assert took is not None, "the stalled call was never ended"
-    assert BODY_TIMEOUT - 0.5 < took < BODY_TIMEOUT + 5, took
+        end = wait_for_stream_end(s, BODY_TIMEOUT + 8)
+    assert end is not None, "the stalled call was never ended"
+    assert BODY_TIMEOUT - 0.5 < end.took < BODY_TIMEOUT + 5, end.took
+    assert_read_timeout_status(end)
     grpc_add_sub(srv.grpc_url)
 
 
 def test_a_grpc_call_that_sends_no_message_is_ended(srv):
     with socket.create_connection(("127.0.0.1", srv.grpc_port)) as s:
         s.sendall(grpc_call_head(srv.grpc_port, "ModelInfer"))
-        took = wait_for_stream_end(s, BODY_TIMEOUT + 8)
-    assert took is not None and took > BODY_TIMEOUT - 0.5, took
+        end = wait_for_stream_end(s, BODY_TIMEOUT + 8)
+    assert end is not None and end.took > BODY_TIMEOUT - 0.5, end and end.took
+    assert_read_timeout_status(end)
 
 
 def test_a_resting_grpc_stream_is_kept_but_a_trickled_message_is_not(srv):
@@ -330,7 +367,8 @@ def test_a_resting_grpc_stream_is_kept_but_a_trickled_message_is_not(srv):
             if time.monotonic() - started > BODY_TIMEOUT + 0.5:
                 break
             time.sleep(0.2)
-        took = wait_for_stream_end(s, 5)
-    assert took is not None, "the trickled message was never cut off"
+        end = wait_for_stream_end(s, 5)
+    assert end is not None, "the trickled message was never cut off"
+    assert_read_timeout_status(end)
     assert time.monotonic() - started < BODY_TIMEOUT + 6
     grpc_add_sub(srv.grpc_url)

@@ -148,11 +148,13 @@ async fn run<R: Route>(
             let mut request = InferRequest::new(step.model.clone(), inputs);
             request.version = step.version;
             if let Some(o) = origin {
-                // Id, sequence flags, priority, timeout and parameters pass through to each step.
+                // Id, sequence flags, priority, timeout, the client's deadline and parameters
+                // pass through to each step.
                 request.id = o.id.clone();
                 request.sequence = o.sequence.clone();
                 request.priority = o.priority;
                 request.timeout_us = o.timeout_us;
+                request.client_deadline = o.client_deadline;
                 request.parameters = o.parameters.clone();
             }
             request.outputs =

@@ -69,6 +69,10 @@ pub struct InferRequest {
     pub sequence: Option<SequenceFlags>,
     pub priority: u64,
     pub timeout_us: u64,
+    /// When the client stops waiting, where it said (a gRPC deadline). Unlike `timeout_us` it
+    /// does not time the request out in the queue; a runtime that can stop a run cheaply stops
+    /// one still running for the request then.
+    pub client_deadline: Option<Instant>,
     pub received: Instant,
     /// Set when the frontend sampled this request for the trace extension.
     pub trace: Option<Arc<Trace>>,
@@ -86,6 +90,7 @@ impl InferRequest {
             sequence: None,
             priority: 0,
             timeout_us: 0,
+            client_deadline: None,
             received: Instant::now(),
             trace: None,
         }

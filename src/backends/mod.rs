@@ -12,6 +12,7 @@ pub mod pytorch;
 pub mod tensorflow;
 pub mod text;
 pub mod triton;
+pub mod watchdog;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -51,6 +51,13 @@ impl LoadFailure {
     }
 }
 
+/// The answer to a load of a model that no repository holds: Triton's text, but a client error
+/// (HTTP 400, gRPC `INVALID_ARGUMENT`) where Triton 2.51 answers 500 / `INTERNAL`: the request
+/// names a model that is not there, and nothing on the server failed.
+pub fn unknown_model(model: &str) -> Error {
+    Error::invalid(format!("failed to load '{model}', failed to poll from model repository"))
+}
+
 /// Everything needed to start a model's versions.
 pub struct Prepared {
     pub config: ModelConfig,
@@ -208,6 +215,13 @@ mod tests {
     use tritium_actors::ErrorKind;
 
     use super::*;
+
+    #[test]
+    fn a_model_no_repository_holds_is_a_client_error_with_tritons_text() {
+        let e = unknown_model("nope");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert_eq!(e.message, "failed to load 'nope', failed to poll from model repository");
+    }
 
     #[test]
     fn a_poll_failure_is_tritons_500_text_then_the_cause() {

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use actix::ArbiterHandle;
 use dashmap::DashMap;
-use load::LoadFailure;
+use load::{unknown_model, LoadFailure};
 pub use model::{IndexEntry, LoadedModel, ModelKey};
 pub use options::{ControlMode, RepositoryOptions};
 use parking_lot::Mutex;
@@ -269,8 +269,9 @@ impl RepositoryManager {
         let (found, errors) = self.scan();
         let keys: BTreeSet<&ModelKey> = found.keys().chain(errors.keys()).filter(|k| k.name == name).collect();
         if keys.is_empty() {
-            // Triton's answer (500) for a model no repository has; nothing to record.
-            return Err(Error::internal(format!("failed to load '{name}', failed to poll from model repository")));
+            // Triton's text; Triton answers 500 (INTERNAL), Tritium a client error (400,
+            // INVALID_ARGUMENT): the request names a model no repository has. Nothing to record.
+            return Err(unknown_model(name));
         }
         let mut first_error = None;
         for key in keys {
@@ -289,12 +290,7 @@ impl RepositoryManager {
         let result = match (found.get(key), errors.get(key)) {
             (_, Some(reason)) => Err(LoadFailure::poll(Error::invalid(reason.clone()))),
             // Gone from its repository since the caller looked.
-            (None, None) => {
-                return Err(Error::internal(format!(
-                    "failed to load '{}', failed to poll from model repository",
-                    key.name
-                )))
-            }
+            (None, None) => return Err(unknown_model(&key.name)),
             (Some(dir), None) => {
                 let mut attempt = 0;
                 loop {

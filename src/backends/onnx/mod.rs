@@ -7,7 +7,8 @@ mod strings;
 mod values;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 pub use gpu::OnnxGpu;
 use ort::environment::Environment;
@@ -16,6 +17,8 @@ use ort::value::{TensorElementType, ValueType};
 use tritium_actors::tensor::element_count;
 use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
 pub(crate) use values::{le_bytes, le_vec};
+
+use super::watchdog;
 
 /// The process's one ONNX Runtime environment; sessions need it alive.
 static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
@@ -211,6 +214,23 @@ impl Backend for OnnxBackend {
         }
         let model = self.model.clone();
         let run_error = |e: ort::Error| Error::internal(format!("model '{model}': onnxruntime failed: {e}"));
+        if let Some(deadline) = watchdog::stop_at(&batch) {
+            // Watched until its first request timeout or client deadline: ONNX Runtime stops the run when the
+            // alarm sets its terminate flag. (Options that select outputs cannot be shared with
+            // the alarm's thread: every output is computed and the wanted ones kept.)
+            let options = Arc::new(RunOptions::new().map_err(run_error)?);
+            let terminate = Arc::clone(&options);
+            let alarm = watchdog::arm(deadline, move || {
+                let _ = terminate.terminate();
+            });
+            let outputs = self.session.run_with_options(values, &options);
+            drop(alarm);
+            return match outputs {
+                Ok(outputs) => collect_outputs(&model, outputs, batch.outputs),
+                Err(_) if Instant::now() >= deadline => Err(watchdog::stopped(&model, "ONNX Runtime")),
+                Err(e) => Err(run_error(e)),
+            };
+        }
         if batch.outputs.is_empty() {
             let outputs = self.session.run(values).map_err(run_error)?;
             return collect_outputs(&model, outputs, &[]);

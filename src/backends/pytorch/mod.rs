@@ -20,7 +20,8 @@ mod signature;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 pub use signature::forward_arguments;
 use tch::{CModule, Device, IValue};
@@ -28,6 +29,7 @@ use tritium_actors::{
     Backend, BackendFactory, BatchInput, DataType, Error, InstanceKind, InstanceSpec, Result, Tensor,
 };
 
+use super::watchdog::{self, Executor};
 use crate::config::model_config::SchedulingChoice;
 use crate::config::{engine_data_type, ModelConfig};
 
@@ -287,23 +289,46 @@ impl BackendFactory for PytorchFactory {
                 None
             }
         };
+        let runner =
+            Runner { model: self.model.clone(), module, gpu, options: self.options.clone(), plan: self.plan.clone() };
         Ok(Box::new(PytorchBackend {
             model: self.model.clone(),
-            module,
-            gpu,
-            options: self.options.clone(),
-            plan: self.plan.clone(),
+            instance: instance.name.clone(),
+            runner: Arc::new(Mutex::new(runner)),
+            executor: None,
+            intra_op_threads: self.options.intra_op_threads,
         }))
     }
 }
 
 struct PytorchBackend {
     model: String,
+    instance: String,
+    /// Taken by the instance's thread for a batch without a timeout, and by the executor's
+    /// thread for a batch with one.
+    runner: Shared,
+    /// The thread that runs the batches with a timeout (libtorch cannot be stopped, so the
+    /// instance's thread waits for it up to the timeout), started by the first of them.
+    executor: Option<Executor<Shared, Result<Vec<Tensor>>>>,
+    intra_op_threads: Option<usize>,
+}
+
+/// What runs a batch: the module and, on a GPU, its context. libtorch's values cannot cross
+/// threads, so the thread that runs `forward` also converts the tensors both ways.
+struct Runner {
+    model: String,
     module: CModule,
     /// A KIND_GPU instance's stream, graphs and timing; None on the CPU.
     gpu: Option<gpu::GpuContext>,
     options: PytorchOptions,
     plan: IoPlan,
+}
+
+/// The runner, as the instance's and the executor's threads share it.
+type Shared = Arc<Mutex<Runner>>;
+
+fn lock(runner: &Mutex<Runner>) -> MutexGuard<'_, Runner> {
+    runner.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One call of `forward`, with Triton's per-call settings (thread-local in libtorch, set before
@@ -319,7 +344,35 @@ fn forward(model: &str, module: &CModule, options: &PytorchOptions, arguments: &
     result.map_err(|e| Error::internal(format!("model '{model}': PyTorch execute failure: {e}")))
 }
 
-impl PytorchBackend {
+impl Runner {
+    /// Runs one batch: `inputs` to `forward`'s arguments, its result to the `wanted` outputs
+    /// (empty = all).
+    fn run(&mut self, inputs: &[Tensor], wanted: &[String]) -> Result<Vec<Tensor>> {
+        let arguments = self.arguments(inputs)?;
+        let (model, module, options) = (&self.model, &self.module, &self.options);
+        let value = match &mut self.gpu {
+            Some(gpu) => gpu.execute(arguments, |moved| forward(model, module, options, moved))?,
+            None => forward(model, module, options, &arguments)?,
+        };
+        let mut results: Vec<Option<IValue>> = convert::flatten(value).into_iter().map(Some).collect();
+        let wanted = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+        let mut outputs = Vec::new();
+        for (name, index, datatype, dims) in self.plan.outputs.iter().filter(|(n, ..)| wanted(n)) {
+            let count = results.len();
+            let value = results.get_mut(*index).and_then(Option::take).ok_or_else(|| {
+                Error::internal(format!(
+                    "model '{}': output '{name}' is element {index} of forward's result, which has {count}",
+                    self.model
+                ))
+            })?;
+            outputs.push(convert::from_ivalue(&self.model, name, value, *datatype, dims)?);
+        }
+        if let Some(gpu) = &self.gpu {
+            gpu.finish();
+        }
+        Ok(outputs)
+    }
+
     fn arguments(&self, inputs: &[Tensor]) -> Result<Vec<IValue>> {
         let mut slots: Vec<Option<IValue>> = self.plan.arguments.iter().map(|_| None).collect();
         for tensor in inputs {
@@ -343,31 +396,42 @@ impl PytorchBackend {
     }
 }
 
+impl PytorchBackend {
+    /// Runs a batch that has a timeout on the executor's thread, waiting up to `deadline`.
+    fn run_watched(&mut self, batch: &BatchInput<'_>, deadline: Instant) -> Result<Vec<Tensor>> {
+        let executor = match &mut self.executor {
+            Some(executor) => executor,
+            None => self.executor.insert(Executor::start(Arc::clone(&self.runner), &self.instance)?),
+        };
+        let (inputs, wanted, threads) = (batch.inputs.to_vec(), batch.outputs.to_vec(), self.intra_op_threads);
+        let job = move |runner: &mut Shared| {
+            // libtorch's intra-op setting is per thread: this one's as the instance thread's.
+            if let Some(n) = threads {
+                let _ = std::panic::catch_unwind(|| tch::set_num_threads(n as i32));
+            }
+            lock(runner).run(&inputs, &wanted)
+        };
+        executor.execute(&self.model, job, Some(deadline), Duration::MAX, &|| {})?
+    }
+}
+
 impl Backend for PytorchBackend {
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
-        let arguments = self.arguments(batch.inputs)?;
-        let (model, module, options) = (&self.model, &self.module, &self.options);
-        let value = match &mut self.gpu {
-            Some(gpu) => gpu.execute(arguments, |moved| forward(model, module, options, moved))?,
-            None => forward(model, module, options, &arguments)?,
-        };
-        let mut results: Vec<Option<IValue>> = convert::flatten(value).into_iter().map(Some).collect();
-        let wanted = |name: &str| batch.outputs.is_empty() || batch.outputs.iter().any(|w| w == name);
-        let mut outputs = Vec::new();
-        for (name, index, datatype, dims) in self.plan.outputs.iter().filter(|(n, ..)| wanted(n)) {
-            let count = results.len();
-            let value = results.get_mut(*index).and_then(Option::take).ok_or_else(|| {
-                Error::internal(format!(
-                    "model '{}': output '{name}' is element {index} of forward's result, which has {count}",
-                    self.model
-                ))
-            })?;
-            outputs.push(convert::from_ivalue(&self.model, name, value, *datatype, dims)?);
+        if self.executor.as_ref().is_some_and(|e| e.hung) {
+            return Err(watchdog::hung(&self.model));
         }
-        if let Some(gpu) = &self.gpu {
-            gpu.finish();
+        match watchdog::deadline(&batch) {
+            None => lock(&self.runner).run(batch.inputs, batch.outputs),
+            Some(deadline) => self.run_watched(&batch, deadline),
         }
-        Ok(outputs)
+    }
+
+    /// After a batch whose execution never returned: the instance is replaced.
+    fn health(&mut self) -> Result<()> {
+        match &self.executor {
+            Some(executor) if executor.hung => Err(watchdog::hung(&self.model)),
+            _ => Ok(()),
+        }
     }
 }
 

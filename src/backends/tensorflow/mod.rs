@@ -36,6 +36,7 @@ pub use signature::{IoPlan, SigTensor, Signature};
 use tensorflow::{Code, Graph, Operation, SavedModelBundle, Session, SessionOptions, SessionRunArgs};
 use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
 
+use super::watchdog;
 use crate::config::ModelConfig;
 
 /// Where scripts/install_tensorflow.sh puts `libtensorflow.so` (a link into the wheel).
@@ -425,7 +426,18 @@ impl Backend for TensorflowBackend {
             .filter(|(name, _)| wanted(name))
             .map(|(name, bound)| (name.as_str(), args.request_fetch(&bound.op, bound.index)))
             .collect();
-        self.loaded.session.run(&mut args).map_err(|e| run_error(&self.model, e))?;
+        // Watched until its first request timeout or client deadline: TensorFlow cancels the step itself when
+        // RunOptions.timeout_in_ms (field 2) runs out, and answers DEADLINE_EXCEEDED.
+        let deadline = watchdog::stop_at(&batch);
+        if let Some(deadline) = deadline {
+            let mut options = Vec::with_capacity(11);
+            prost::encoding::int64::encode(2, &watchdog::left_ms(deadline), &mut options);
+            args.set_run_options(&options);
+        }
+        self.loaded.session.run(&mut args).map_err(|e| match deadline {
+            Some(_) if e.code() == Code::DeadlineExceeded => watchdog::stopped(&self.model, "TensorFlow"),
+            _ => run_error(&self.model, e),
+        })?;
         fetches
             .into_iter()
             .enumerate()

@@ -1,7 +1,7 @@
 //! Between the engine's types and the backend API host's: a batch becomes one request, the
 //! backend's output tensors become engine tensors, and Triton's error codes become kinds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tritium_actors::{
     BatchInput, CorrelationId, DataType, Error, ErrorKind, InferRequest, ParamValue, ResponseKind, Result, Tensor,
@@ -40,18 +40,6 @@ pub fn requests(batch: &BatchInput<'_>, outputs: &[String]) -> Vec<HostRequest> 
     }
     let r = HostRequest { inputs: host_tensors(batch.inputs), outputs: outputs.to_vec(), ..Default::default() };
     vec![from_request(r, batch.request)]
-}
-
-/// When each request the backend sees must have its final response: its timeout after it
-/// arrived (Triton's timeout covers the queue only; Tritium's also covers a backend that never
-/// answers), `None` without a timeout.
-pub fn deadlines(batch: &BatchInput<'_>) -> Vec<Option<Instant>> {
-    let one = |r: &InferRequest| (r.timeout_us > 0).then(|| r.received + Duration::from_micros(r.timeout_us));
-    if batch.requests.len() > 1 {
-        batch.requests.iter().map(|r| one(r)).collect()
-    } else {
-        vec![batch.request.and_then(one)]
-    }
 }
 
 /// Adds a request's id, parameters, sequence flags and timeout.

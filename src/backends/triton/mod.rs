@@ -7,9 +7,9 @@
 //! queues, batching and sequences.
 
 mod convert;
-mod executor;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,7 @@ use tritium_actors::{
 };
 use tritium_ffi::backend_api::{self as host, abi, HostEvent, LoadedInstance, LoadedModel};
 
+use super::watchdog::{self, Executor};
 use crate::config::ModelConfig;
 use crate::proto::inference::model_config::SchedulingChoice;
 
@@ -181,7 +182,7 @@ impl BackendFactory for TritonFactory {
                 device_id: instance.device.unwrap_or(0),
             })
             .map_err(convert::error_in)?;
-        let executor = executor::Executor::start(loaded.clone(), &instance.name)?;
+        let executor = Executor::start(loaded.clone(), &instance.name)?;
         Ok(Box::new(TritonInstance {
             instance: loaded,
             executor,
@@ -201,7 +202,7 @@ impl BackendFactory for TritonFactory {
 pub struct TritonInstance {
     /// Calls the backend's execute on a thread of its own (and knows when a call hung). Declared
     /// first so that it ends before `instance` drops: the instance's finalize then runs here.
-    executor: executor::Executor,
+    executor: Executor<LoadedInstance, Outcome>,
     instance: LoadedInstance,
     model: String,
     decoupled: bool,
@@ -229,7 +230,10 @@ impl TritonInstance {
         emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
     ) -> Result<Vec<Option<Error>>> {
         let outputs = if batch.outputs.is_empty() { &self.outputs[..] } else { batch.outputs };
-        let deadlines = convert::deadlines(&batch);
+        // When each request the backend sees must have its final response: its timeout after it
+        // arrived (Triton's timeout covers the queue only; Tritium's also covers a backend that
+        // never answers), `None` without a timeout.
+        let deadlines = watchdog::deadlines(&batch);
         let mut requests = convert::requests(&batch, outputs);
         for r in &mut requests {
             r.model.clone_from(&self.model);
@@ -238,11 +242,11 @@ impl TritonInstance {
         }
         self.rescheduled.clear();
         let flags: Vec<_> = requests.iter().map(|r| r.cancel.clone()).collect();
-        let watch = || executor::mark_gone(batch.cancelled, &flags);
+        let watch = || mark_gone(batch.cancelled, &flags);
         let deadline = deadlines.iter().flatten().min().copied();
         let pending = self
             .executor
-            .execute(&self.model, requests, deadline, CANCEL_POLL, &watch)
+            .execute(&self.model, move |i| i.execute(requests), deadline, CANCEL_POLL, &watch)
             .and_then(|outcome| outcome.map_err(convert::error));
         let pending = match pending {
             Ok(p) => p,
@@ -450,6 +454,18 @@ impl Backend for TritonInstance {
     }
 }
 
+/// What one call of the backend's execute gives back.
+type Outcome = std::result::Result<Vec<host::Pending>, host::HostError>;
+
+/// Marks cancelled each request whose client has gone (`gone[i]` beside `flags[i]`).
+fn mark_gone(gone: &[&dyn Fn() -> bool], flags: &[Arc<AtomicBool>]) {
+    for (is_gone, flag) in gone.iter().zip(flags) {
+        if !flag.load(Ordering::Relaxed) && is_gone() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The Python backend's error for a request that found the instance's stub process dead.
 fn is_dead_stub(e: &Error) -> bool {
     e.message.starts_with("Stub process '") && e.message.ends_with("' is not healthy.")
@@ -458,6 +474,15 @@ fn is_dead_stub(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_requests_whose_client_went_are_marked() {
+        let flags = [Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false))];
+        let (yes, no) = (|| true, || false);
+        mark_gone(&[&no, &yes], &flags);
+        assert!(!flags[0].load(Ordering::Relaxed));
+        assert!(flags[1].load(Ordering::Relaxed));
+    }
 
     #[test]
     fn backend_config_takes_the_settings_of_its_backend_only() {

@@ -13,6 +13,7 @@ mod lanes;
 mod serve;
 mod stream;
 mod tensors;
+mod timeout;
 pub mod tls;
 
 use std::sync::Arc;
@@ -209,7 +210,9 @@ impl GrpcInferenceService for GrpcService {
                 .map(|v| v.as_bytes().to_vec())
                 .collect();
         let parent = RemoteParent::from_grpc(request.metadata());
+        let client_deadline = timeout::client_deadline(request.metadata(), read);
         let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
+        request.client_deadline = client_deadline;
         let header = crate::frontends::affinity::SEQUENCE_ID_HEADER;
         crate::frontends::affinity::check_sequence_header(&request, affinity.iter().map(|v| (header, v.as_slice())))
             .or_status()?;
