@@ -19,6 +19,7 @@ use crate::batch::merge_inputs;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
+use crate::lane::Lane;
 use crate::policy::ModelPolicy;
 use crate::protocol::{InstanceExited, InstanceIdle, InstanceMsg, InstanceReady, Pending};
 use crate::stats::{ComputeTimes, FailureReason, ModelStats, RequestTimes};
@@ -42,8 +43,10 @@ pub(crate) struct InstanceActor {
     pub stats: Arc<ModelStats>,
     pub figures: Arc<ModelFigures>,
     pub factory: Arc<dyn BackendFactory>,
-    /// The scheduler, told when the instance is free.
+    /// The scheduler, told when the instance is free (unless it frees itself in the lane).
     pub idle: Recipient<InstanceIdle>,
+    /// The model's free instances: where the instance puts itself back when nothing waits.
+    pub lane: Arc<Lane>,
     /// The supervisor, told when the instance is loaded and when it ended.
     pub ready: Recipient<InstanceReady>,
     pub exited: Recipient<InstanceExited>,
@@ -148,14 +151,16 @@ fn run(env: &InstanceActor) -> InstanceExit {
                     // instance that replaces this one).
                     if let Ok(Some(rescheduled)) = outcome.as_mut().map(std::mem::take) {
                         if !rescheduled.is_empty() {
-                            env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
+                            // Not free: it ends here, and a batch sent to it would be lost.
+                            let (generation, release) = (env.generation, false);
+                            env.idle.do_send(InstanceIdle { index: idx, generation, rescheduled, release });
                         }
                     }
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
                     return InstanceExit::BackendFailed(e);
                 }
                 if let Ok(Some(rescheduled)) = outcome {
-                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
+                    free(env, rescheduled);
                 }
             }
         }
@@ -339,7 +344,7 @@ fn execute(
         .collect();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
-    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation, rescheduled });
+    free(env, rescheduled);
     for (p, e, own) in failed {
         match own {
             // The backend counted the request a success although it answered an error (as
@@ -391,6 +396,19 @@ fn execute(
         p.reply.send(Ok(response));
     }
     Ok(None)
+}
+
+/// The instance finished its batch: it puts itself back among the free instances of the lane
+/// when it hands no request back (and tells the scheduler only if work waits for it), else the
+/// scheduler hears it is free with the requests to run again.
+fn free(env: &InstanceActor, rescheduled: Vec<Pending>) {
+    let (index, generation) = (env.spec.index, env.generation);
+    let lane = if rescheduled.is_empty() { env.lane.free_self(index, generation) } else { None };
+    match lane {
+        Some(false) => {}
+        Some(true) => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release: false }),
+        None => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release: true }),
+    }
 }
 
 /// Counts as a success, with the compute times the backend reported, a request it answered, or
