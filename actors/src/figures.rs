@@ -29,6 +29,8 @@ pub struct SchedulerState {
     items: AtomicU64,
     /// Of `batches`, those the submitting thread handed to an instance itself (the lane).
     direct: AtomicU64,
+    /// Of `batches`, those an instance took from the batcher itself as it finished one.
+    pulled: AtomicU64,
     /// Batches handed to each instance (minus the instance's `taken`: its mailbox depth).
     dispatched: Vec<AtomicU64>,
     batch_size: Histogram,
@@ -47,6 +49,9 @@ pub struct SchedulerSnapshot {
     /// Of `batches`, the requests handed straight to a free instance by the thread that
     /// submitted them, without the scheduler actor's hop (`lane`).
     pub direct: u64,
+    /// Of `batches`, those an instance took from the batcher itself as it finished its previous
+    /// one, without the scheduler actor's hop (`lane`).
+    pub pulled: u64,
     /// Items per batch.
     pub batch_size: HistogramSnapshot,
     /// How long the oldest request of each batch waited, in µs.
@@ -61,6 +66,7 @@ impl SchedulerState {
             batches: AtomicU64::new(0),
             items: AtomicU64::new(0),
             direct: AtomicU64::new(0),
+            pulled: AtomicU64::new(0),
             dispatched: (0..instances).map(|_| AtomicU64::new(0)).collect(),
             batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
             batch_delay_us: Histogram::new(LATENCY_US_BOUNDS),
@@ -96,6 +102,14 @@ impl SchedulerState {
         self.batch(items, Some(Duration::ZERO));
         self.dispatched(instance);
         self.direct.fetch_add(1, Relaxed);
+    }
+
+    /// Instance `instance` took a batch of `items` from the batcher itself, its oldest request
+    /// having waited `waited`.
+    pub(crate) fn pulled(&self, items: usize, waited: Option<Duration>, instance: usize) {
+        self.batch(items, waited);
+        self.dispatched(instance);
+        self.pulled.fetch_add(1, Relaxed);
     }
 }
 
@@ -361,6 +375,7 @@ impl ModelFigures {
             batches: s.batches.load(Relaxed),
             items: s.items.load(Relaxed),
             direct: s.direct.load(Relaxed),
+            pulled: s.pulled.load(Relaxed),
             batch_size: s.batch_size.snapshot(),
             batch_delay_us: s.batch_delay_us.snapshot(),
         }

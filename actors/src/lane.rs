@@ -14,16 +14,25 @@
 //! every request (it pins correlation IDs to slots and owns their state); so do decoupled
 //! models.
 //!
-//! Every decision is taken under one lock, so a request never finds a free instance while
-//! earlier requests wait in the scheduler, and an instance never frees itself unseen while
-//! requests wait for one.
+//! An instance that finishes while requests wait takes its next batch itself (`pull`), once
+//! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
+//! scheduler would, instead of telling the scheduler and waiting for its hand-off (two thread
+//! wake-ups per batch). When the batcher says wait (its delay runs) or has nothing, the instance
+//! is free and tells the scheduler, which keeps the timers.
+//!
+//! Every decision is taken under one lock (the lane's, then the batcher's), so a request never
+//! finds a free instance while earlier requests wait in the scheduler, and an instance never
+//! frees itself unseen while requests wait for one.
 
 use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::batcher::Batcher;
+use crate::clock::SharedClock;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
-use crate::protocol::{InstanceMsg, Pending};
+use crate::protocol::{InstanceMsg, Next, Pending};
 
 /// One model version's free instances and what the scheduler holds.
 pub(crate) struct Lane {
@@ -33,6 +42,9 @@ pub(crate) struct Lane {
     /// The batcher waits for a batch to fill (`max_queue_delay_microseconds` > 0) unless
     /// nothing runs: a request goes direct only when every instance is free.
     delays: bool,
+    /// The batcher the instances pull from (direct models).
+    batcher: Option<Arc<Mutex<Batcher>>>,
+    clock: SharedClock,
     state: Mutex<State>,
 }
 
@@ -59,6 +71,29 @@ impl State {
     }
 }
 
+/// What an instance that finished its batch does next (`Lane::finish`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// It is free in the lane and nothing waits: nobody needs telling.
+    Freed,
+    /// Work waits, or the model drains: once its answers are out it calls `pull`.
+    Pull,
+    /// Not the lane's to free: the scheduler hears as before.
+    Scheduler,
+}
+
+/// What `pull` gave an instance.
+#[derive(Debug)]
+pub(crate) enum Pulled {
+    /// Its next batch, as the batcher formed it.
+    Batch(Vec<Pending>),
+    /// Free in the lane; `tell`: the scheduler must hear (work waits for a delay or is on its
+    /// way, or the model drains).
+    Free { tell: bool },
+    /// Not the lane's (a stale generation): the scheduler hears as before.
+    NotMine,
+}
+
 /// How a request went on: straight to an instance, or to the scheduler (counted as on its way).
 /// The request moves through either way, unboxed: an allocation per request would cost more on
 /// this path than the enum's size.
@@ -69,11 +104,15 @@ pub(crate) enum Route {
 }
 
 impl Lane {
-    pub fn new(policy: &ModelPolicy) -> Self {
+    /// `batcher`: the batcher the scheduler drives, shared (a direct model's).
+    pub fn new(policy: &ModelPolicy, batcher: Option<Arc<Mutex<Batcher>>>, clock: SharedClock) -> Self {
         let delays = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if !d.max_queue_delay.is_zero());
+        let direct = policy.sequence().is_none() && !policy.decoupled;
         Lane {
-            direct: policy.sequence().is_none() && !policy.decoupled,
+            direct,
             delays,
+            batcher: batcher.filter(|_| direct),
+            clock,
             state: Mutex::new(State {
                 slots: (0..policy.instances.len()).map(|_| None).collect(),
                 free: Vec::new(),
@@ -124,22 +163,51 @@ impl Lane {
         self.state.lock().in_flight -= 1;
     }
 
-    /// An instance finished its batch with no request to hand back: it is free again.
-    /// `None`: the lane does not take it (not a direct model, or a stale generation) and the
-    /// scheduler must be told as before; `Some(tell)`: freed here, and the scheduler must
-    /// still be told (`tell`) because it holds work or drains.
-    pub fn free_self(&self, index: usize, generation: u64) -> Option<bool> {
+    /// An instance finished its batch with no request to hand back (before its answers go
+    /// out): free at once when nothing waits, so the client's next request finds it free.
+    pub fn finish(&self, index: usize, generation: u64) -> Finish {
         if !self.direct {
-            return None;
+            return Finish::Scheduler;
         }
         let mut s = self.state.lock();
         if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
-            return None;
+            return Finish::Scheduler;
+        }
+        if s.backlog() || !s.open {
+            return Finish::Pull;
         }
         if !s.free.contains(&index) {
             s.free.push(index);
         }
-        Some(s.backlog() || !s.open)
+        Finish::Freed
+    }
+
+    /// After `Finish::Pull`, with the answers out: the instance's next batch if the batcher
+    /// has one for it now (requests past their queue timeout come back in `expired`, to be
+    /// failed as the scheduler fails them), else it is free.
+    pub fn pull(&self, index: usize, generation: u64) -> (Pulled, Vec<Pending>) {
+        let mut s = self.state.lock();
+        if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
+            return (Pulled::NotMine, Vec::new());
+        }
+        let mut expired = Vec::new();
+        if let (true, true, Some(batcher)) = (s.open, s.backlog(), &self.batcher) {
+            let now = self.clock.now();
+            let mut q = batcher.lock();
+            expired = q.take_expired(now);
+            // Nothing else executes: a lone request need not wait for company.
+            let idle = s.free.len() + 1 >= s.live();
+            let next = q.next(now, idle);
+            s.queued = q.len();
+            if let Next::Batch(batch) = next {
+                return (Pulled::Batch(batch), expired);
+            }
+        }
+        if !s.free.contains(&index) {
+            s.free.push(index);
+        }
+        let tell = s.backlog() || !s.open;
+        (Pulled::Free { tell }, expired)
     }
 
     /// Locks the lane for one turn of the scheduler.
@@ -191,7 +259,8 @@ impl Turn<'_> {
         self.s.free.retain(|&i| i != index);
     }
 
-    /// What the scheduler holds after its turn, and how many requests on their way it read.
+    /// What the scheduler holds after its turn (read under this lock: an instance pulls under
+    /// it too), and how many requests on their way it read.
     pub fn publish(&mut self, queued: usize, read: usize) {
         self.s.queued = queued;
         self.s.in_flight -= read;
@@ -218,6 +287,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{InstanceKind, InstanceSpec};
+    use crate::clock::SystemClock;
     use crate::policy::{DynamicBatchPolicy, SequencePolicy, SequenceStrategy, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
 
@@ -255,7 +325,7 @@ mod tests {
 
     /// A lane whose instances are all up and free, with their mailboxes' receiving ends.
     fn lane(p: &ModelPolicy) -> (Lane, Vec<Receiver<InstanceMsg>>) {
-        let lane = Lane::new(p);
+        let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), Arc::new(SystemClock));
         let mut inboxes = Vec::new();
         for i in 0..p.instances.len() {
             let (tx, rx) = sync_channel(1);
@@ -335,7 +405,7 @@ mod tests {
         };
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Sequence(seq), 1));
         assert_eq!(direct(lane.route(pending())), None);
-        assert_eq!(lane.free_self(0, 1), None);
+        assert_eq!(lane.finish(0, 1), Finish::Scheduler);
         let mut decoupled = policy(SchedulerPolicy::Direct, 1);
         decoupled.decoupled = true;
         let (lane, _inboxes) = self::lane(&decoupled);
@@ -350,21 +420,82 @@ mod tests {
     }
 
     #[test]
-    fn an_instance_frees_itself_and_tells_the_scheduler_only_when_work_waits_or_it_drains() {
+    fn an_instance_with_nothing_waiting_frees_itself_without_a_message() {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
         assert_eq!(direct(lane.route(pending())), Some(0));
         inboxes[0].try_recv().unwrap();
-        assert_eq!(lane.free_self(0, 1), Some(false));
+        assert_eq!(lane.finish(0, 1), Finish::Freed);
         assert!(lane.turn().all_free());
         assert_eq!(direct(lane.route(pending())), Some(0));
-        // A request came to the scheduler meanwhile: it must hear the instance is free.
+        // A stale generation (the instance was restarted) is not the lane's to free.
+        assert_eq!(lane.finish(0, 7), Finish::Scheduler);
+        assert!(matches!(lane.pull(0, 7), (Pulled::NotMine, _)));
+    }
+
+    #[test]
+    fn an_instance_pulls_its_next_batch_from_the_batcher_while_requests_wait() {
+        let p = policy(SchedulerPolicy::Direct, 1);
+        let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
+        let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
+        let (tx, _rx) = sync_channel(1);
+        lane.turn().up(0, 1, tx);
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        // Two requests reach the scheduler while the instance runs; it queues them.
+        for _ in 0..2 {
+            let Route::Scheduler(p) = lane.route(pending()) else { panic!("the instance is busy") };
+            batcher.lock().push(p).unwrap();
+        }
+        lane.turn().publish(2, 2);
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        // The instance takes them one by one (no dynamic batching), the last leaving it free
+        // with nothing for the scheduler to hear.
+        assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
+        assert!(!lane.turn().all_free());
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
+        assert_eq!(lane.finish(0, 1), Finish::Freed);
+        assert!(lane.turn().all_free());
+    }
+
+    #[test]
+    fn an_instance_tells_the_scheduler_when_requests_are_on_their_way_or_the_model_drains() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        inboxes[0].try_recv().unwrap();
+        // On its way to the scheduler, not in the batcher yet: the instance is free and the
+        // scheduler must hear it.
         assert_eq!(direct(lane.route(pending())), None);
-        assert_eq!(lane.free_self(0, 1), Some(true));
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
+        assert!(lane.turn().all_free());
         lane.turn().publish(0, 1);
         lane.turn().close();
-        assert_eq!(lane.free_self(0, 1), Some(true));
-        // A stale generation (the instance was restarted) is not the lane's to free.
-        assert_eq!(lane.free_self(0, 7), None);
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
+    }
+
+    #[test]
+    fn a_pull_fails_nothing_but_hands_back_the_requests_past_their_queue_timeout() {
+        let dynamic = DynamicBatchPolicy {
+            default_queue_policy: crate::policy::QueuePolicy {
+                default_timeout: Some(Duration::from_millis(1)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
+        let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
+        let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
+        let (tx, _rx) = sync_channel(1);
+        lane.turn().up(0, 1, tx);
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        let Route::Scheduler(mut late) = lane.route(pending()) else { panic!("the instance is busy") };
+        late.enqueued -= Duration::from_millis(5);
+        batcher.lock().push(late).unwrap();
+        lane.turn().publish(1, 1);
+        let (pulled, expired) = lane.pull(0, 1);
+        assert_eq!(expired.len(), 1);
+        assert!(matches!(pulled, Pulled::Free { tell: false }));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use actix::{Actor, Addr, ArbiterHandle, AsyncContext, Context, Handler, Message, MessageResult, Recipient};
 use tokio::sync::oneshot;
 
-use crate::batcher::Batcher;
+use crate::batcher::{Batcher, SharedBatcher};
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
@@ -23,7 +23,7 @@ use crate::stats::ModelStats;
 
 /// The batcher actor: the scheduler actor driving the dynamic batcher, for a model without
 /// `sequence_batching` (with `dynamic_batching`, or sending each request alone).
-pub type BatcherActor = Scheduler<Batcher>;
+pub type BatcherActor = Scheduler<SharedBatcher>;
 
 /// The sequence actor: the scheduler actor driving the sequence batcher, for a model with
 /// `sequence_batching`. It pins each correlation ID to a slot and owns the sequences' state.
@@ -171,6 +171,8 @@ impl<Q: Queue> Scheduler<Q> {
             }
         }
         self.figures.scheduler.queued(self.queue.len());
+        // The receiver first: the queue's length is read under the lane's lock, as instances
+        // pull under it.
         self.lane.turn().publish(self.queue.len(), 0);
         self.finish_drain_if_done(ctx);
     }
@@ -380,10 +382,10 @@ impl SchedulerAddr {
         clock: SharedClock,
         decoupled_batches: bool,
     ) -> Self {
-        let lane = Arc::new(Lane::new(&policy));
-        let shared = lane.clone();
         match policy.sequence() {
             Some(seq) => {
+                let lane = Arc::new(Lane::new(&policy, None, clock.clone()));
+                let shared = lane.clone();
                 let mut queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
                 // An iterative sequence's step streams its responses within its execution, so
                 // its requests may share one (Triton's inflight batching); other decoupled
@@ -396,7 +398,11 @@ impl SchedulerAddr {
                 Self { conversations: Some(addr.clone().recipient()), ..Self::of(addr, shared) }
             }
             None => {
-                let queue = Batcher::new(&policy);
+                // The instances take their next batch from it themselves (`Lane::pull`).
+                let batcher = Arc::new(parking_lot::Mutex::new(Batcher::new(&policy)));
+                let lane = Arc::new(Lane::new(&policy, Some(batcher.clone()), clock.clone()));
+                let shared = lane.clone();
+                let queue = SharedBatcher(batcher);
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);
                 Self::of(BatcherActor::start_in_arbiter(engine, new), shared)
             }
