@@ -1,15 +1,21 @@
-//! Generates the KServe v2 gRPC service (Tritium's `proto/grpc_service.proto` and the
+//! The binaries keep libtorch's folder as a run path (LIBTORCH, from the workspace's
+//! .cargo/config.toml), as the server does, so torch_ceiling starts without LD_LIBRARY_PATH.
+//! It also generates the KServe v2 gRPC service (Tritium's `proto/grpc_service.proto` and the
 //! `model_config.proto` it imports) for the gRPC floor server (`src/bin/floor_grpc.rs`): a
 //! tonic server only, with `Bytes` raw contents as Tritium decodes them.
 
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new("../../proto");
+    println!("cargo:rerun-if-env-changed=LIBTORCH");
+    if let Ok(libtorch) = std::env::var("LIBTORCH") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{libtorch}/lib");
+    }
+
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../../proto/grpc_service.proto");
     println!("cargo:rerun-if-changed=../../proto/model_config.proto");
-    let mut compiler = protox::Compiler::new([dir]).expect("protox include path");
+    let mut compiler = protox::Compiler::new([Path::new("../../proto")]).expect("protox include path");
     compiler.include_imports(true);
     compiler.open_files(["grpc_service.proto"]).unwrap_or_else(|e| panic!("protox: {e:?}"));
     tonic_prost_build::configure()
