@@ -18,6 +18,11 @@ Per repeat: add_sub p50 ÷ the floor's (HTTP and gRPC), mlp c16 infer/s ÷ the b
 instance's busy share of wall time (targets.busy), the time outside the statistics per request
 (perf_analyzer's Network+Server Send/Recv), new ÷ old infer/s.
 
+Hand-offs: after the repeats, one more add_sub c1 run per protocol against old and new counts
+each server thread's voluntary context switches (`/proc/<pid>/task/*/status`: each is the thread
+going to sleep, so each wake-up of a sleeping thread that a request causes shows as one) per
+request, by thread name.
+
   .venv/bin/python loadtests/hotpath.py --old PATH --new PATH [--repeats 2]
 
 Results: loadtests/out/hotpath-<time>/summary.{md,json}.
@@ -84,8 +89,39 @@ def main():
             print(f"--- repeat {rep}: {' '.join(order)}", flush=True)
             for s in order:
                 targets.measure(args, out_dir, rep, s, servers[s], runs, failures)
-    summarize(args, out_dir, stamp, header, runs, failures, ceiling)
+        switches = {}
+        for label in ("old", "new"):
+            for proto in ("http", "grpc"):
+                switches[f"{label}-{proto}"] = count_switches(args, out_dir, servers[label], proto, label)
+    summarize(args, out_dir, stamp, header, runs, failures, ceiling, switches)
     return 0 if not failures else 1
+
+
+def thread_switches(pid):
+    """Voluntary context switches of each thread of `pid`, summed by thread name."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+            for ln in open(f"/proc/{pid}/task/{tid}/status"):
+                if ln.startswith("voluntary_ctxt_switches"):
+                    out[name] = out.get(name, 0) + int(ln.split()[1])
+    return out
+
+
+def count_switches(args, out_dir, srv, proto, label):
+    """Voluntary context switches per request, by thread name, over one add_sub c1 run."""
+    before_stats = common.model_stats(srv.base, "add_sub")
+    before = thread_switches(srv.proc.pid)
+    name = f"switches-{label}-add_sub-{proto}"
+    common.run_pa(args.perf_analyzer, "add_sub", srv.url(proto), proto, 1, os.path.join(out_dir, name + ".csv"),
+                  os.path.join(out_dir, name + ".log"), interval_ms=args.interval_ms, stability=50, retry=False)
+    after = thread_switches(srv.proc.pid)
+    n = common.stats_delta(common.model_stats(srv.base, "add_sub"), before_stats)["inference_count"]
+    per = {k: (after.get(k, 0) - before.get(k, 0)) / max(n, 1) for k in after}
+    per = {k: v for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+    print(f"{label} {proto}: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()) + f" per request ({n})")
+    return per
 
 
 def bound(r, ceiling):
@@ -97,7 +133,7 @@ def bound(r, ceiling):
     return (os.cpu_count() or 2) * 1e6 / (client + ceiling[nb]["cpu_us_per_item"])
 
 
-def summarize(args, out_dir, stamp, header, runs, failures, ceiling):
+def summarize(args, out_dir, stamp, header, runs, failures, ceiling, switches):
     reps = sorted({r["repeat"] for r in runs})
 
     def g(rep, subject, model, proto, c):
@@ -160,10 +196,15 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceiling):
                      f"{cell(f'mlp_{proto}_new_batch', 1)} |")
     lines += ["", "new ÷ old in the same repeat: " + ", ".join(
         f"{k.replace('_new_vs_old', '')} {cell(k)}" for k in sorted(ratios) if k.endswith("_new_vs_old"))]
+    lines += ["", "Voluntary context switches per request by server thread (add_sub c1, one run each; "
+              "threads under 0.05 left out):", ""]
+    for key, per in switches.items():
+        total = sum(per.values())
+        lines.append(f"- {key}: {total:.2f} in all: " + ", ".join(f"`{k}` {v:.2f}" for k, v in per.items()))
     if failures:
         lines += ["", "Failures: " + "; ".join(f"{f['run']}: {f['error']}" for f in failures)]
     common.write_summary(out_dir, {"stamp": stamp, "header": header, "runs": runs, "failures": failures,
-                                   "ceiling": ceiling, "ratios": ratios}, lines)
+                                   "ceiling": ceiling, "ratios": ratios, "switches": switches}, lines)
 
 
 if __name__ == "__main__":
