@@ -160,7 +160,8 @@ impl Lane {
 
     /// A request counted by `route` as on its way never reached the scheduler.
     pub fn unsent(&self) {
-        self.state.lock().in_flight -= 1;
+        let mut s = self.state.lock();
+        s.in_flight = s.in_flight.saturating_sub(1);
     }
 
     /// An instance finished its batch with no request to hand back (before its answers go
@@ -263,7 +264,7 @@ impl Turn<'_> {
     /// it too), and how many requests on their way it read.
     pub fn publish(&mut self, queued: usize, read: usize) {
         self.s.queued = queued;
-        self.s.in_flight -= read;
+        self.s.in_flight = self.s.in_flight.saturating_sub(read);
     }
 
     /// The model drains: no request goes direct any more.
