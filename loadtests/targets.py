@@ -20,12 +20,15 @@ Subjects, all started once and kept up for the whole run (each idle while anothe
   floor     loadtests/ceiling's `floor` binary: actix-web answering add_sub in the request's own
             handler (no router, scheduler or instance thread): the least latency any server of
             this shape can show to perf_analyzer on this machine.
+  floor_grpc  loadtests/ceiling's `floor_grpc` binary: the same over gRPC (tonic answering
+            add_sub's ModelInfer in its own handler).
 perf_analyzer 2.50.0, batch 1, random data: mlp over HTTP with JSON tensors
 (--input-tensor-format json --output-tensor-format json) at c1 and c16 against tritium, flask,
 fastapi; HTTP (binary tensors, perf_analyzer's default) and gRPC at c1 and c16 against tritium
 and triton; gRPC at c64 against tritium and triton (saturation); gRPC with client batches
 (perf_analyzer -b 16 at c4, -b 64 at c2) against tritium (saturation as the ceiling measures it,
-items/s); add_sub at c1 over HTTP (binary) against tritium, triton and floor. Every repeat runs every subject, the order of the subjects
+items/s); add_sub at c1 over HTTP (binary) against tritium, triton and floor, and over gRPC against
+tritium, triton and floor_grpc. Every repeat runs every subject, the order of the subjects
 rotated each repeat; a ratio is taken within a repeat; medians and min–max over repeats.
 
 Server-side breakdowns come from perf_analyzer's server-side columns (the statistics extension
@@ -50,6 +53,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +65,7 @@ from common import PAError, median, spread  # noqa: E402
 
 HERE = common.HERE
 ROOT = common.ROOT
-SUBJECTS = ["ceiling", "tritium", "flask", "fastapi", "triton", "floor"]
+SUBJECTS = ["ceiling", "tritium", "flask", "fastapi", "triton", "floor", "floor_grpc"]
 JSON_FMT = ["--input-tensor-format", "json", "--output-tensor-format", "json"]
 
 # (subject, model, protocol, format, concurrency); format "json" or "bin"
@@ -69,14 +73,16 @@ PLAN = {
     "tritium": [("mlp", "http", "json", 1), ("mlp", "http", "json", 16), ("mlp", "http", "bin", 1),
                 ("mlp", "http", "bin", 16), ("mlp", "grpc", "bin", 1), ("mlp", "grpc", "bin", 16),
                 ("mlp", "grpc", "bin", 64), ("mlp", "grpc", "bin-b16", 4), ("mlp", "grpc", "bin-b64", 2),
-                ("add_sub", "http", "bin", 1)],
+                ("add_sub", "http", "bin", 1), ("add_sub", "grpc", "bin", 1)],
     "flask": [("mlp", "http", "json", 1), ("mlp", "http", "json", 16)],
     "fastapi": [("mlp", "http", "json", 1), ("mlp", "http", "json", 16)],
     "triton": [("mlp", "http", "bin", 1), ("mlp", "http", "bin", 16), ("mlp", "grpc", "bin", 1),
-               ("mlp", "grpc", "bin", 16), ("mlp", "grpc", "bin", 64), ("add_sub", "http", "bin", 1)],
+               ("mlp", "grpc", "bin", 16), ("mlp", "grpc", "bin", 64), ("add_sub", "http", "bin", 1),
+               ("add_sub", "grpc", "bin", 1)],
     "floor": [("add_sub", "http", "bin", 1)],
+    "floor_grpc": [("add_sub", "grpc", "bin", 1)],
 }
-NO_STATS = ("flask", "fastapi", "floor")  # subjects without the statistics extension
+NO_STATS = ("flask", "fastapi", "floor", "floor_grpc")  # subjects without the statistics extension
 
 
 def client_batch(fmt):
@@ -139,6 +145,17 @@ def process_server(name, cmd, env, log_path, http_port, grpc_port=None, ready=()
         with contextlib.suppress(ProcessLookupError):  # stubs / workers left behind
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def wait_port(port, deadline_s=30):
+    """Waits until something listens on 127.0.0.1:`port` (a server without an HTTP endpoint)."""
+    end = time.time() + deadline_s
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        if time.time() > end:
+            raise RuntimeError(f"nothing listens on port {port} after {deadline_s} s")
+        time.sleep(0.1)
 
 
 def baseline_env(args):
@@ -276,6 +293,8 @@ def main():
                     help="the loadtests/ceiling binary (release)")
     ap.add_argument("--floor", default="/tmp/tritium-bench-target/release/floor",
                     help="the loadtests/ceiling floor server binary (release)")
+    ap.add_argument("--floor-grpc", default="/tmp/tritium-bench-target/release/floor_grpc",
+                    help="the loadtests/ceiling gRPC floor server binary (release)")
     ap.add_argument("--ceiling-seconds", type=float, default=2.0, help="per batch size per repeat")
     ap.add_argument("--ceiling-intra-threads", type=int, default=0, help="0 = ONNX Runtime's default")
     ap.add_argument("--baselines-venv", default=os.path.join(HERE, ".baselines-venv"))
@@ -304,6 +323,9 @@ def main():
     if "floor" in subjects and not os.path.exists(args.floor):
         sys.exit(f"missing {args.floor}: CARGO_TARGET_DIR=/tmp/tritium-bench-target cargo build --release "
                  "--locked -p tritium-ceiling (or --skip floor)")
+    if "floor_grpc" in subjects and not os.path.exists(args.floor_grpc):
+        sys.exit(f"missing {args.floor_grpc}: CARGO_TARGET_DIR=/tmp/tritium-bench-target cargo build --release "
+                 "--locked -p tritium-ceiling (or --skip floor_grpc)")
     if ({"flask", "fastapi"} & set(subjects)) and not os.path.exists(os.path.join(args.baselines_venv, "bin/gunicorn")):
         sys.exit(f"missing {args.baselines_venv}: run loadtests/setup.sh (or --skip flask,fastapi)")
     if "triton" in subjects and not os.path.exists(os.path.join(args.triton_ref, "backends/python")):
@@ -343,6 +365,14 @@ def main():
                     "floor", [args.floor, "--port", str(port)], dict(os.environ),
                     os.path.join(out_dir, "server-floor.log"), port, ready=["add_sub"]))
                 common.add_sub_check(servers["floor"].base)
+            if "floor_grpc" in subjects:
+                port = common.free_ports(1)[0]
+                # No HTTP port: it is up once its gRPC port answers (perf_analyzer's warm-up
+                # run below checks its answers).
+                servers["floor_grpc"] = stack.enter_context(process_server(
+                    "floor_grpc", [args.floor_grpc, "--port", str(port)], dict(os.environ),
+                    os.path.join(out_dir, "server-floor_grpc.log"), port, port))
+                wait_port(port)
             if "triton" in subjects:
                 repo, triton_cfg = triton_repo(args, tmp)
                 with open(os.path.join(out_dir, "triton-mlp-config.pbtxt"), "w") as f:
@@ -548,6 +578,12 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
             add("floor_vs_triton_add_sub_p50", f["p50_us"] / b["p50_us"])
         if f and t:
             add("add_sub_p50_vs_floor", t["p50_us"] / f["p50_us"])
+        t, fg = g("tritium", "add_sub", "grpc", "bin", 1), g("floor_grpc", "add_sub", "grpc", "bin", 1)
+        if t and fg:
+            add("add_sub_grpc_p50_vs_floor", t["p50_us"] / fg["p50_us"])
+        b = g("triton", "add_sub", "grpc", "bin", 1)
+        if t and b:
+            add("add_sub_grpc_p50", t["p50_us"] / b["p50_us"])
 
     def cell(name, digits=2):
         xs = ratios.get(name)
@@ -568,7 +604,9 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
         ("add_sub HTTP c1 p50 Tritium ÷ Triton 2.51", "add_sub_p50", "≤ 0.3", lambda m: m <= 0.3),
         ("  … floor server ÷ Triton 2.51 (the least any server answers perf_analyzer in here)",
          "floor_vs_triton_add_sub_p50", "(≤ 0.3)", lambda m: m <= 0.3),
-        ("  … Tritium ÷ floor server", "add_sub_p50_vs_floor", "-", lambda m: True),
+        ("  … Tritium ÷ floor server", "add_sub_p50_vs_floor", "≤ 1.3", lambda m: m <= 1.3),
+        ("add_sub gRPC c1 p50 Tritium ÷ Triton 2.51", "add_sub_grpc_p50", "-", lambda m: True),
+        ("  … Tritium ÷ gRPC floor server", "add_sub_grpc_p50_vs_floor", "≤ 1.3", lambda m: m <= 1.3),
     ]
     tlines = [f"Measured by `loadtests/targets.py` ({stamp}), server built from {header['server_built_from']}; "
               f"{len(reps)} repeats, every subject in every repeat (order rotated), ratio per repeat, "
@@ -584,7 +622,7 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
                    f"no (at {m / 3:.2f}× the target" + (f", p99 ratio {median(p99):.2f}" if p99 else "") + ")")
         else:
             met = "yes" if ok(m) else "no"
-            if key == "add_sub_p50_vs_floor":
+            if key == "add_sub_grpc_p50":
                 met = "-"
             elif not ok(m) and key.startswith("sat_"):
                 met = f"no (at {m / 0.9:.2f}× the target)"
@@ -615,7 +653,8 @@ def summarize(args, out_dir, stamp, header, subjects, runs, failures, ceiling, t
              f"{args.baseline_intra_threads} intra-op thread per worker; **triton** = real Triton 2.51 (nvidia-pytriton "
              "0.7.0), python backend, mlp through onnxruntime 1.31.1 in `model.py` (config below), add_sub in "
              "python; **floor** = `loadtests/ceiling/src/bin/floor.rs`, actix-web answering add_sub in the "
-             "request's own handler (no scheduler, no instance thread, no statistics).", ""]
+             "request's own handler (no scheduler, no instance thread, no statistics); **floor_grpc** = "
+             "`loadtests/ceiling/src/bin/floor_grpc.rs`, the same over gRPC (tonic).", ""]
     lines += ["## Targets", ""] + tlines[2:] + [""]
     # ceiling
     if ceiling:

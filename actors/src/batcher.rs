@@ -3,7 +3,10 @@
 //! threads and no timers of its own.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::policy::{ModelPolicy, QueuePolicy, SchedulerPolicy, TimeoutAction};
@@ -279,6 +282,46 @@ impl Queue for Batcher {
 
     fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// The batcher of a model whose instances take their next batch themselves when they finish
+/// (`lane::Lane::pull`): the scheduler actor and the instances share it under one lock, each
+/// call of the scheduler's taking the lock for that call alone.
+#[derive(Debug, Clone)]
+pub struct SharedBatcher(pub(crate) Arc<Mutex<Batcher>>);
+
+impl Queue for SharedBatcher {
+    fn push(&mut self, p: Pending) -> Result<(), Refused> {
+        Queue::push(&mut *self.0.lock(), p)
+    }
+
+    fn requeue(&mut self, p: Pending) -> Result<(), Refused> {
+        self.0.lock().requeue(p)
+    }
+
+    fn next(&mut self, instance: usize, now: Instant, idle: bool) -> Next {
+        Queue::next(&mut *self.0.lock(), instance, now, idle)
+    }
+
+    fn take_cancelled(&mut self) -> Vec<Pending> {
+        self.0.lock().take_cancelled()
+    }
+
+    fn take_expired(&mut self, now: Instant) -> Vec<Pending> {
+        self.0.lock().take_expired(now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.0.lock().next_deadline()
+    }
+
+    fn drain_all(&mut self) -> Vec<Pending> {
+        self.0.lock().drain_all()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().len()
     }
 }
 

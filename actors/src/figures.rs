@@ -27,6 +27,10 @@ pub struct SchedulerState {
     handled: AtomicU64,
     batches: AtomicU64,
     items: AtomicU64,
+    /// Of `batches`, those the submitting thread handed to an instance itself (the lane).
+    direct: AtomicU64,
+    /// Of `batches`, those an instance took from the batcher itself as it finished one.
+    pulled: AtomicU64,
     /// Batches handed to each instance (minus the instance's `taken`: its mailbox depth).
     dispatched: Vec<AtomicU64>,
     batch_size: Histogram,
@@ -42,6 +46,12 @@ pub struct SchedulerSnapshot {
     /// Batches handed to instances, and the items they held.
     pub batches: u64,
     pub items: u64,
+    /// Of `batches`, the requests handed straight to a free instance by the thread that
+    /// submitted them, without the scheduler actor's hop (`lane`).
+    pub direct: u64,
+    /// Of `batches`, those an instance took from the batcher itself as it finished its previous
+    /// one, without the scheduler actor's hop (`lane`).
+    pub pulled: u64,
     /// Items per batch.
     pub batch_size: HistogramSnapshot,
     /// How long the oldest request of each batch waited, in µs.
@@ -55,6 +65,8 @@ impl SchedulerState {
             handled: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             items: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
+            pulled: AtomicU64::new(0),
             dispatched: (0..instances).map(|_| AtomicU64::new(0)).collect(),
             batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
             batch_delay_us: Histogram::new(LATENCY_US_BOUNDS),
@@ -81,6 +93,23 @@ impl SchedulerState {
 
     pub(crate) fn dispatched(&self, instance: usize) {
         self.dispatched[instance].fetch_add(1, Relaxed);
+    }
+
+    /// A request went straight to instance `instance` from the thread that submitted it: its
+    /// own batch, having waited nothing, handled without the scheduler's mailbox.
+    pub(crate) fn direct(&self, items: usize, instance: usize) {
+        self.handled();
+        self.batch(items, Some(Duration::ZERO));
+        self.dispatched(instance);
+        self.direct.fetch_add(1, Relaxed);
+    }
+
+    /// Instance `instance` took a batch of `items` from the batcher itself, its oldest request
+    /// having waited `waited`.
+    pub(crate) fn pulled(&self, items: usize, waited: Option<Duration>, instance: usize) {
+        self.batch(items, waited);
+        self.dispatched(instance);
+        self.pulled.fetch_add(1, Relaxed);
     }
 }
 
@@ -345,6 +374,8 @@ impl ModelFigures {
             mailbox: self.submitted.load(Relaxed).saturating_sub(s.handled.load(Relaxed)),
             batches: s.batches.load(Relaxed),
             items: s.items.load(Relaxed),
+            direct: s.direct.load(Relaxed),
+            pulled: s.pulled.load(Relaxed),
             batch_size: s.batch_size.snapshot(),
             batch_delay_us: s.batch_delay_us.snapshot(),
         }

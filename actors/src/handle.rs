@@ -12,6 +12,7 @@ use crate::cache::{CacheKey, CacheMiss, ResponseCache};
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::figures::ModelFigures;
+use crate::lane::Route;
 use crate::limiter::{Limits, RateLimiter};
 use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::protocol::{Conversations, Enqueue, Pending, Stop};
@@ -211,7 +212,16 @@ impl ModelHandle {
         let pending = Pending { request, reply, enqueued: self.clock.now(), batch_size, sequence: None, cache: miss };
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.submitted();
+        // Nothing queued and an instance free: straight to it, on this thread (the lane).
+        let pending = match self.scheduler.lane.route(pending) {
+            Route::Direct { instance } => {
+                self.figures.scheduler.direct(batch_size, instance);
+                return Ok(());
+            }
+            Route::Scheduler(pending) => pending,
+        };
         if self.scheduler.enqueue.try_send(Enqueue(pending)).is_err() {
+            self.scheduler.lane.unsent();
             self.figures.unsubmitted();
             self.stats.pending.fetch_sub(1, Relaxed);
             self.stats.record_failure(received.elapsed(), FailureReason::Rejected);

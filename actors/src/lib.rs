@@ -18,6 +18,7 @@ pub mod figures;
 pub mod handle;
 pub mod histogram;
 pub mod instance;
+mod lane;
 pub mod limiter;
 pub mod ordering;
 pub mod policy;

@@ -7,7 +7,9 @@
 //!
 //! ```text
 //! ModelHandle --Enqueue--> scheduler --InstanceMsg::Execute--> instance
-//! instance --InstanceIdle (and the requests to run again)--> scheduler
+//! ModelHandle --InstanceMsg::Execute--> instance (the direct lane: nothing queued, one free)
+//! instance --InstanceIdle (and the requests to run again)--> scheduler (unless it freed
+//!   itself in the lane with no work waiting)
 //! instance --InstanceReady / InstanceExited--> supervisor
 //! supervisor --InstanceUp / InstanceDown / Drain--> scheduler
 //! ModelHandle --Stop--> supervisor
@@ -99,6 +101,11 @@ pub struct InstanceIdle {
     /// Requests of the batch the backend handed back to run again (iterative sequences),
     /// unanswered: they go back to their sequences.
     pub rescheduled: Vec<Pending>,
+    /// Whether the scheduler is to count the instance free: not when it already freed itself
+    /// in the lane (`lane::Lane::free_self`; it tells because work waits for it or the model
+    /// drains), nor when it is ending (a failed health check: a batch sent to it now would be
+    /// lost with its mailbox).
+    pub release: bool,
 }
 
 /// From the supervisor: an instance (re)started and takes work.

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use actix::{Actor, Addr, ArbiterHandle, AsyncContext, Context, Handler, Message, MessageResult, Recipient};
 use tokio::sync::oneshot;
 
-use crate::batcher::Batcher;
+use crate::batcher::{Batcher, SharedBatcher};
 use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
+use crate::lane::Lane;
 use crate::policy::ModelPolicy;
 use crate::protocol::{Conversations, Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
 use crate::queue::Queue;
@@ -22,7 +23,7 @@ use crate::stats::ModelStats;
 
 /// The batcher actor: the scheduler actor driving the dynamic batcher, for a model without
 /// `sequence_batching` (with `dynamic_batching`, or sending each request alone).
-pub type BatcherActor = Scheduler<Batcher>;
+pub type BatcherActor = Scheduler<SharedBatcher>;
 
 /// The sequence actor: the scheduler actor driving the sequence batcher, for a model with
 /// `sequence_batching`. It pins each correlation ID to a slot and owns the sequences' state.
@@ -37,7 +38,6 @@ const CANCEL_SWEEP_EVERY: Duration = Duration::from_millis(10);
 struct Slot {
     mailbox: Option<SyncSender<InstanceMsg>>,
     generation: u64,
-    busy: bool,
 }
 
 pub struct Scheduler<Q: Queue> {
@@ -47,6 +47,8 @@ pub struct Scheduler<Q: Queue> {
     queue: Q,
     clock: SharedClock,
     slots: Vec<Slot>,
+    /// Which instances are free (shared with the instances and the submitting threads).
+    lane: Arc<Lane>,
     /// The deadline a timer is set for.
     wake: Option<Instant>,
     drained: Vec<oneshot::Sender<()>>,
@@ -62,11 +64,13 @@ impl<Q: Queue> Scheduler<Q> {
         figures: Arc<ModelFigures>,
         queue: Q,
         clock: SharedClock,
+        lane: Arc<Lane>,
     ) -> Self {
-        let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0, busy: false }).collect();
+        let slots = (0..policy.instances.len()).map(|_| Slot { mailbox: None, generation: 0 }).collect();
         Scheduler {
             queue,
             clock,
+            lane,
             policy,
             stats,
             figures,
@@ -99,12 +103,14 @@ impl<Q: Queue> Scheduler<Q> {
         }
         loop {
             let now = self.clock.now();
-            let free: Vec<usize> =
-                (0..self.slots.len()).filter(|&i| self.slots[i].mailbox.is_some() && !self.slots[i].busy).collect();
+            // The lane stays locked while a batch is chosen and its instance taken, so no
+            // submitter takes that instance meanwhile.
+            let mut lane = self.lane.turn();
+            let free: Vec<usize> = lane.free().into_iter().filter(|&i| self.slots[i].mailbox.is_some()).collect();
             let mut wait: Option<Instant> = None;
             let mut found = None;
             // Nothing executing: a lone queued request has nothing to wait for.
-            let idle = self.slots.iter().all(|s| !s.busy);
+            let idle = lane.all_free();
             for idx in free {
                 match self.queue.next(idx, now, idle) {
                     Next::Empty => continue,
@@ -115,6 +121,10 @@ impl<Q: Queue> Scheduler<Q> {
                     }
                 }
             }
+            if let Some((idx, _)) = &found {
+                lane.take(*idx);
+            }
+            drop(lane);
             let Some((idx, batch)) = found else {
                 // Wake for the batcher's delay or the next queue timeout, whichever comes first.
                 let wait = match (wait, self.queue.next_deadline()) {
@@ -143,14 +153,12 @@ impl<Q: Queue> Scheduler<Q> {
             let slot = &mut self.slots[idx];
             let mailbox = slot.mailbox.as_ref().expect("live slot");
             match mailbox.try_send(InstanceMsg::Execute(batch)) {
-                Ok(()) => {
-                    slot.busy = true;
-                    self.figures.scheduler.dispatched(idx);
-                }
+                Ok(()) => self.figures.scheduler.dispatched(idx),
                 Err(TrySendError::Full(InstanceMsg::Execute(batch)))
                 | Err(TrySendError::Disconnected(InstanceMsg::Execute(batch))) => {
                     // The instance died between messages; its requests must not be lost.
                     slot.mailbox = None;
+                    self.lane.turn().down(idx);
                     self.queue.instance_down(idx);
                     for p in batch.into_iter().rev() {
                         if let Err(refused) = self.queue.requeue(p) {
@@ -163,11 +171,15 @@ impl<Q: Queue> Scheduler<Q> {
             }
         }
         self.figures.scheduler.queued(self.queue.len());
+        // The receiver first: the queue's length is read under the lane's lock, as instances
+        // pull under it.
+        self.lane.turn().publish(self.queue.len(), 0);
         self.finish_drain_if_done(ctx);
     }
 
     fn finish_drain_if_done(&mut self, ctx: &mut Context<Self>) {
-        if self.draining && self.queue.is_empty() && self.slots.iter().all(|s| !s.busy) {
+        if self.draining && self.queue.is_empty() && self.lane.turn().all_free() {
+            self.lane.turn().clear();
             for s in &mut self.slots {
                 if let Some(mb) = s.mailbox.take() {
                     let _ = mb.send(InstanceMsg::Shutdown);
@@ -187,6 +199,11 @@ impl<Q: Queue> Actor for Scheduler<Q> {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.policy.queue_capacity);
         self.check_idle_later(ctx);
+    }
+
+    /// The instances' mailboxes go with the scheduler: they end once theirs are gone.
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.lane.turn().clear();
     }
 }
 
@@ -220,13 +237,15 @@ impl<Q: Queue> Handler<Enqueue> for Scheduler<Q> {
         self.figures.scheduler.handled();
         if !self.has_live_instance() {
             let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
-            return p.fail(&self.stats, e);
-        }
-        if let Err(refused) = self.queue.push(p) {
+            p.fail(&self.stats, e);
+        } else if let Err(refused) = self.queue.push(p) {
             let (p, e) = *refused;
-            return p.fail(&self.stats, e);
+            p.fail(&self.stats, e);
+        } else {
+            self.pump(ctx);
         }
-        self.pump(ctx);
+        // Read off the lane's requests on their way, with what stays queued, in one step.
+        self.lane.turn().publish(self.queue.len(), 1);
     }
 }
 
@@ -258,7 +277,9 @@ impl<Q: Queue> Handler<InstanceIdle> for Scheduler<Q> {
         }
         if let Some(s) = self.slots.get_mut(m.index) {
             if s.generation == m.generation {
-                s.busy = false;
+                if m.release {
+                    self.lane.turn().release(m.index, m.generation);
+                }
                 for (p, e) in self.queue.finished(m.index, self.clock.now()) {
                     p.fail(&self.stats, e);
                 }
@@ -275,7 +296,8 @@ impl<Q: Queue> Handler<InstanceUp> for Scheduler<Q> {
             let _ = m.mailbox.send(InstanceMsg::Shutdown);
             return;
         }
-        self.slots[m.index] = Slot { mailbox: Some(m.mailbox), generation: m.generation, busy: false };
+        self.lane.turn().up(m.index, m.generation, m.mailbox.clone());
+        self.slots[m.index] = Slot { mailbox: Some(m.mailbox), generation: m.generation };
         self.pump(ctx);
     }
 }
@@ -286,7 +308,7 @@ impl<Q: Queue> Handler<InstanceDown> for Scheduler<Q> {
         let s = &mut self.slots[m.index];
         if s.generation == m.generation {
             s.mailbox = None;
-            s.busy = false;
+            self.lane.turn().down(m.index);
             self.queue.instance_down(m.index);
         }
         if !self.has_live_instance() && m.permanent {
@@ -302,6 +324,7 @@ impl<Q: Queue> Handler<Drain> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, Drain(tx): Drain, ctx: &mut Context<Self>) {
         self.draining = true;
+        self.lane.turn().close();
         self.drained.push(tx);
         if !self.has_live_instance() {
             for p in self.queue.drain_all() {
@@ -324,6 +347,8 @@ impl Handler<Conversations> for SequenceActor {
 /// How the supervisor and the instances reach a scheduler actor, whichever its queue.
 #[derive(Clone)]
 pub(crate) struct SchedulerAddr {
+    /// The model's free instances, shared with the scheduler actor.
+    pub lane: Arc<Lane>,
     pub enqueue: Recipient<Enqueue>,
     pub idle: Recipient<InstanceIdle>,
     pub up: Recipient<InstanceUp>,
@@ -334,8 +359,9 @@ pub(crate) struct SchedulerAddr {
 }
 
 impl SchedulerAddr {
-    pub fn of<Q: Queue>(addr: Addr<Scheduler<Q>>) -> Self {
+    pub fn of<Q: Queue>(addr: Addr<Scheduler<Q>>, lane: Arc<Lane>) -> Self {
         SchedulerAddr {
+            lane,
             enqueue: addr.clone().recipient(),
             idle: addr.clone().recipient(),
             up: addr.clone().recipient(),
@@ -358,6 +384,8 @@ impl SchedulerAddr {
     ) -> Self {
         match policy.sequence() {
             Some(seq) => {
+                let lane = Arc::new(Lane::new(&policy, None, clock.clone()));
+                let shared = lane.clone();
                 let mut queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
                 // An iterative sequence's step streams its responses within its execution, so
                 // its requests may share one (Triton's inflight batching); other decoupled
@@ -365,14 +393,18 @@ impl SchedulerAddr {
                 if decoupled_batches && seq.iterative {
                     queue.batch_decoupled(&policy);
                 }
-                let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock);
+                let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);
                 let addr = SequenceActor::start_in_arbiter(engine, new);
-                Self { conversations: Some(addr.clone().recipient()), ..Self::of(addr) }
+                Self { conversations: Some(addr.clone().recipient()), ..Self::of(addr, shared) }
             }
             None => {
-                let queue = Batcher::new(&policy);
-                let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock);
-                Self::of(BatcherActor::start_in_arbiter(engine, new))
+                // The instances take their next batch from it themselves (`Lane::pull`).
+                let batcher = Arc::new(parking_lot::Mutex::new(Batcher::new(&policy)));
+                let lane = Arc::new(Lane::new(&policy, Some(batcher.clone()), clock.clone()));
+                let shared = lane.clone();
+                let queue = SharedBatcher(batcher);
+                let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);
+                Self::of(BatcherActor::start_in_arbiter(engine, new), shared)
             }
         }
     }

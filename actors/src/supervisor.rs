@@ -84,6 +84,7 @@ impl Supervisor {
             figures: self.figures.clone(),
             factory: self.factory.clone(),
             idle: self.scheduler.idle.clone(),
+            lane: self.scheduler.lane.clone(),
             ready: ctx.address().recipient(),
             exited: ctx.address().recipient(),
             limiter: self.limits.as_ref().map(|(l, ids)| (l.clone(), ids[index])),

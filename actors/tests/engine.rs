@@ -85,6 +85,91 @@ async fn runs_requests_and_counts_them() {
 }
 
 #[actix_rt::test]
+async fn a_lone_request_goes_straight_to_the_free_instance_and_counts_as_before() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::ZERO, seen)).await.unwrap();
+    // The first request may reach the scheduler before it has heard the instance is up.
+    model.infer(request([0.0, 0.0])).await.unwrap();
+    let before = model.figures.snapshot().scheduler.direct;
+    for i in 0..5 {
+        let r = model.infer(request([i as f32, 0.0])).await.unwrap();
+        assert_eq!(values(&r), vec![i as f32 + 1.0, 1.0]);
+    }
+    // The instance frees itself before it answers: each next request finds it free, so none
+    // took the scheduler actor's hop; the statistics count them as the scheduler's would.
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, s.inference_count, s.execution_count, s.queue.0, s.pending), (6, 6, 6, 6, 0));
+    let f = model.figures.snapshot();
+    assert_eq!(
+        (f.scheduler.direct - before, f.scheduler.batches, f.scheduler.items, f.scheduler.mailbox),
+        (5, 6, 6, 0)
+    );
+    assert_eq!((f.instances[0].executions, f.instances[0].mailbox), (6, 0));
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn requests_that_find_the_instance_busy_queue_in_the_scheduler() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(150), seen.clone()))
+            .await
+            .unwrap(),
+    );
+    model.infer(request([0.0, 0.0])).await.unwrap();
+    let before = model.figures.snapshot().scheduler.direct;
+    seen.lock().unwrap().clear();
+    let calls = (0..4).map(|i| {
+        let model = model.clone();
+        async move { model.infer(request([i as f32, 0.0])).await }
+    });
+    for r in futures::future::join_all(calls).await {
+        r.unwrap();
+    }
+    // The first went straight to the instance; the others waited in the scheduler's queue
+    // (each alone: no dynamic batching) and the instance, finding them there as it finished,
+    // took them itself one by one.
+    let f = model.figures.snapshot();
+    assert_eq!((f.scheduler.direct - before, f.scheduler.batches, f.scheduler.queue_len), (1, 5, 0));
+    assert_eq!(f.scheduler.pulled, 3);
+    assert_eq!(*seen.lock().unwrap(), vec![1, 1, 1, 1]);
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, s.execution_count, s.pending), (5, 5, 0));
+    assert!(s.queue.1 >= 150_000_000, "the queued requests waited for the running one: {s:?}");
+    // Once the queue is empty, a request goes straight again.
+    model.infer(request([9.0, 0.0])).await.unwrap();
+    assert_eq!(model.figures.snapshot().scheduler.direct - before, 2);
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn with_a_batching_delay_requests_under_load_still_form_batches() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(5), ..Default::default() };
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(2, Some(dynamic)), factory(Duration::from_millis(20), seen.clone()))
+            .await
+            .unwrap(),
+    );
+    let calls = (0..16).map(|i| {
+        let model = model.clone();
+        async move { model.infer(request([i as f32, 0.0])).await }
+    });
+    for r in futures::future::join_all(calls).await {
+        r.unwrap();
+    }
+    // Only the first request could find every instance free (if the scheduler had heard they
+    // were up); the rest waited to be batched.
+    let f = model.figures.snapshot();
+    assert!(f.scheduler.direct <= 1, "{:?}", f.scheduler);
+    assert!(seen.lock().unwrap().iter().any(|&b| b > 1), "expected batches: {:?}", seen.lock().unwrap());
+    model.unload().await;
+}
+
+#[actix_rt::test]
 async fn dynamic_batching_merges_concurrent_requests_and_splits_answers() {
     let engine = Engine::new();
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -19,6 +19,7 @@ use crate::batch::merge_inputs;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
+use crate::lane::{Finish, Lane, Pulled};
 use crate::policy::ModelPolicy;
 use crate::protocol::{InstanceExited, InstanceIdle, InstanceMsg, InstanceReady, Pending};
 use crate::stats::{ComputeTimes, FailureReason, ModelStats, RequestTimes};
@@ -42,8 +43,10 @@ pub(crate) struct InstanceActor {
     pub stats: Arc<ModelStats>,
     pub figures: Arc<ModelFigures>,
     pub factory: Arc<dyn BackendFactory>,
-    /// The scheduler, told when the instance is free.
+    /// The scheduler, told when the instance is free (unless it frees itself in the lane).
     pub idle: Recipient<InstanceIdle>,
+    /// The model's free instances: where the instance puts itself back when nothing waits.
+    pub lane: Arc<Lane>,
     /// The supervisor, told when the instance is loaded and when it ended.
     pub ready: Recipient<InstanceReady>,
     pub exited: Recipient<InstanceExited>,
@@ -120,43 +123,56 @@ fn run(env: &InstanceActor) -> InstanceExit {
     let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
     env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
-        match msg {
+        let mut batch = match msg {
             InstanceMsg::Shutdown => return InstanceExit::Stopped,
-            InstanceMsg::Execute(batch) => {
-                // With the rate limiter on, the batch waits here for the instance's resources
-                // and turn; they are given back once its requests are answered.
-                env.figures.instance(idx).took(batch.iter().map(|p| p.batch_size).sum());
-                let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
-                let started = Instant::now();
-                let mut outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
-                    Ok(r) => r,
-                    Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
-                };
-                env.figures.instance(idx).busy(started.elapsed());
-                drop(grant);
-                if let Err(reason) = outcome {
+            InstanceMsg::Execute(batch) => batch,
+        };
+        // One batch, then the next one the instance pulls itself while requests wait.
+        loop {
+            // With the rate limiter on, the batch waits here for the instance's resources and
+            // turn; they are given back once its requests are answered.
+            env.figures.instance(idx).took(batch.iter().map(|p| p.batch_size).sum());
+            let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
+            let started = Instant::now();
+            let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
+                Ok(r) => r,
+                Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
+            };
+            env.figures.instance(idx).busy(started.elapsed());
+            drop(grant);
+            let done = match outcome {
+                Ok(done) => done,
+                Err(reason) => {
                     // The batch's requests were answered inside `execute` when the backend
                     // panicked; this instance's state is unknown now, so it ends here.
                     drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
                     return InstanceExit::Panicked(reason);
                 }
-                let health = catch_unwind(AssertUnwindSafe(|| backend.health()))
-                    .unwrap_or_else(|p| Err(Error::internal(format!("health check panicked: {}", panic_message(&*p)))));
-                if let Err(e) = health {
-                    // The batch was answered; the instance cannot serve more, so it ends here.
-                    // Requests handed back to run again go on in their sequences (on the
-                    // instance that replaces this one).
-                    if let Ok(Some(rescheduled)) = outcome.as_mut().map(std::mem::take) {
-                        if !rescheduled.is_empty() {
-                            env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
-                        }
+            };
+            let health = catch_unwind(AssertUnwindSafe(|| backend.health()))
+                .unwrap_or_else(|p| Err(Error::internal(format!("health check panicked: {}", panic_message(&*p)))));
+            if let Err(e) = health {
+                // The batch was answered; the instance cannot serve more, so it ends here.
+                // Requests handed back to run again go on in their sequences (on the instance
+                // that replaces this one).
+                if let Done::Unreleased(rescheduled) = done {
+                    if !rescheduled.is_empty() {
+                        // Not free: it ends here, and a batch sent to it would be lost.
+                        let (generation, release) = (env.generation, false);
+                        env.idle.do_send(InstanceIdle { index: idx, generation, rescheduled, release });
                     }
-                    drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
-                    return InstanceExit::BackendFailed(e);
                 }
-                if let Ok(Some(rescheduled)) = outcome {
-                    env.idle.do_send(InstanceIdle { index: idx, generation: env.generation, rescheduled });
-                }
+                drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
+                return InstanceExit::BackendFailed(e);
+            }
+            let pull = match done {
+                Done::Unreleased(rescheduled) => free(env, rescheduled),
+                Done::Released => false,
+                Done::Pull => true,
+            };
+            match pull.then(|| pull_next(env)).flatten() {
+                Some(next) => batch = next,
+                None => break,
             }
         }
     }
@@ -164,15 +180,21 @@ fn run(env: &InstanceActor) -> InstanceExit {
     InstanceExit::Stopped
 }
 
+/// How a batch left the instance (`execute`'s answer when the backend did not panic).
+enum Done {
+    /// The scheduler is still to hear the instance is free, with the requests the backend
+    /// handed back to run again.
+    Unreleased(Vec<Pending>),
+    /// Free already (in the lane, or the scheduler told), just before the answers went out,
+    /// so a client's next request finds it free.
+    Released,
+    /// Requests wait: the instance takes its next batch itself (`Lane::pull`).
+    Pull,
+}
+
 /// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already
-/// answered); `Ok(None)` when the scheduler was already told the instance is free (just before
-/// the answers went out, so a client's next request finds it free); else `Ok(Some(requests))`:
-/// the scheduler is to be told, with the requests the backend handed back to run again.
-fn execute(
-    env: &InstanceActor,
-    backend: &mut dyn Backend,
-    batch: Vec<Pending>,
-) -> Result<Option<Vec<Pending>>, String> {
+/// answered), else how the batch left the instance.
+fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<Done, String> {
     let policy = &env.policy;
     let stats = &env.stats;
     let compute_start = Instant::now();
@@ -182,7 +204,7 @@ fn execute(
         p.fail(stats, Error::cancelled("the client cancelled the request"));
     }
     if live.is_empty() {
-        return Ok(Some(Vec::new()));
+        return Ok(Done::Unreleased(Vec::new()));
     }
     let sizes: Vec<usize> = live.iter().map(|p| p.batch_size).collect();
     let total: usize = sizes.iter().sum();
@@ -203,7 +225,7 @@ fn execute(
             for p in live {
                 p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
-            return Ok(Some(Vec::new()));
+            return Ok(Done::Unreleased(Vec::new()));
         }
     };
     let input_end = Instant::now();
@@ -223,7 +245,7 @@ fn execute(
     };
 
     if policy.decoupled {
-        return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Some);
+        return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Done::Unreleased);
     }
 
     // Whether each client has gone, for backends that let a running request notice.
@@ -285,7 +307,7 @@ fn execute(
             }
             return match panicked {
                 Some(reason) => Err(reason),
-                None => Ok(Some(Vec::new())),
+                None => Ok(Done::Unreleased(Vec::new())),
             };
         }
     };
@@ -339,7 +361,7 @@ fn execute(
         .collect();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
-    env.idle.do_send(InstanceIdle { index: env.spec.index, generation: env.generation, rescheduled });
+    let pull = free(env, rescheduled);
     for (p, e, own) in failed {
         match own {
             // The backend counted the request a success although it answered an error (as
@@ -390,7 +412,48 @@ fn execute(
         response.times = Some(times);
         p.reply.send(Ok(response));
     }
-    Ok(None)
+    Ok(if pull { Done::Pull } else { Done::Released })
+}
+
+/// The instance finished its batch: it puts itself back among the free instances of the lane
+/// when it hands no request back and nothing waits; returns true when requests wait, for it to
+/// pull its next batch once its answers are out. Otherwise the scheduler hears it is free, with
+/// the requests to run again.
+fn free(env: &InstanceActor, rescheduled: Vec<Pending>) -> bool {
+    let (index, generation) = (env.spec.index, env.generation);
+    if rescheduled.is_empty() {
+        match env.lane.finish(index, generation) {
+            Finish::Freed => return false,
+            Finish::Pull => return true,
+            Finish::Scheduler => {}
+        }
+    }
+    env.idle.do_send(InstanceIdle { index, generation, rescheduled, release: true });
+    false
+}
+
+/// Takes the instance's next batch from the batcher, as the scheduler would hand it; `None`:
+/// the instance is free (the scheduler told where it must hear).
+fn pull_next(env: &InstanceActor) -> Option<Vec<Pending>> {
+    let (index, generation) = (env.spec.index, env.generation);
+    let (pulled, expired) = env.lane.pull(index, generation);
+    for p in expired {
+        p.fail(&env.stats, Error::unavailable("Request timeout expired"));
+    }
+    let (rescheduled, release) = (Vec::new(), false);
+    match pulled {
+        Pulled::Batch(batch) => {
+            let items: usize = batch.iter().map(|p| p.batch_size).sum();
+            let now = Instant::now();
+            let waited = batch.iter().map(|p| now.saturating_duration_since(p.enqueued)).max();
+            env.figures.scheduler.pulled(items, waited, index);
+            return Some(batch);
+        }
+        Pulled::Free { tell: false } => {}
+        Pulled::Free { tell: true } => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release }),
+        Pulled::NotMine => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release: true }),
+    }
+    None
 }
 
 /// Counts as a success, with the compute times the backend reported, a request it answered, or

@@ -1,0 +1,510 @@
+//! The free instances of one model version, shared by its scheduler actor, its instances and
+//! the threads that submit its requests: the direct lane. A request that finds the scheduler
+//! with nothing queued or on its way, and an instance free with no batching delay to wait for,
+//! goes from the submitting thread (an HTTP worker, a gRPC connection) straight into that
+//! instance's mailbox, without the scheduler actor's hop; an instance that finishes with
+//! nothing queued for it puts itself back here without a message to the scheduler.
+//!
+//! The scheduler stays the authority for queued work: whenever it holds requests (or some are
+//! on their way to it), submitters go through it, and an instance that frees itself tells it.
+//! So priorities, `max_queue_size`, queue timeouts, the batcher's delay and preferred sizes
+//! decide as before; the lane only skips the scheduler when the batcher would have sent the
+//! request alone at once (Triton's dynamic batcher does the same with an idle model: a lone
+//! request waits for no delay when nothing runs). Sequence models keep the sequence actor for
+//! every request (it pins correlation IDs to slots and owns their state); so do decoupled
+//! models.
+//!
+//! An instance that finishes while requests wait takes its next batch itself (`pull`), once
+//! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
+//! scheduler would, instead of telling the scheduler and waiting for its hand-off (two thread
+//! wake-ups per batch). When the batcher says wait (its delay runs) or has nothing, the instance
+//! is free and tells the scheduler, which keeps the timers.
+//!
+//! Every decision is taken under one lock (the lane's, then the batcher's), so a request never
+//! finds a free instance while earlier requests wait in the scheduler, and an instance never
+//! frees itself unseen while requests wait for one.
+
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::batcher::Batcher;
+use crate::clock::SharedClock;
+use crate::policy::{ModelPolicy, SchedulerPolicy};
+use crate::protocol::{InstanceMsg, Next, Pending};
+
+/// One model version's free instances and what the scheduler holds.
+pub(crate) struct Lane {
+    /// Submitters may hand requests to free instances themselves (not for sequence or
+    /// decoupled models).
+    direct: bool,
+    /// The batcher waits for a batch to fill (`max_queue_delay_microseconds` > 0) unless
+    /// nothing runs: a request goes direct only when every instance is free.
+    delays: bool,
+    /// The batcher the instances pull from (direct models).
+    batcher: Option<Arc<Mutex<Batcher>>>,
+    clock: SharedClock,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Each instance slot's live mailbox and its generation (none while it is down).
+    slots: Vec<Option<(u64, SyncSender<InstanceMsg>)>>,
+    /// Free instance slots, the most recently freed last (its caches are the warmest).
+    free: Vec<usize>,
+    /// Requests sent to the scheduler that it has not read yet.
+    in_flight: usize,
+    /// Requests the scheduler holds queued, as of its last turn.
+    queued: usize,
+    /// False once the model drains: every request goes through the scheduler.
+    open: bool,
+}
+
+impl State {
+    fn live(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    fn backlog(&self) -> bool {
+        self.in_flight > 0 || self.queued > 0
+    }
+}
+
+/// What an instance that finished its batch does next (`Lane::finish`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// It is free in the lane and nothing waits: nobody needs telling.
+    Freed,
+    /// Work waits, or the model drains: once its answers are out it calls `pull`.
+    Pull,
+    /// Not the lane's to free: the scheduler hears as before.
+    Scheduler,
+}
+
+/// What `pull` gave an instance.
+#[derive(Debug)]
+pub(crate) enum Pulled {
+    /// Its next batch, as the batcher formed it.
+    Batch(Vec<Pending>),
+    /// Free in the lane; `tell`: the scheduler must hear (work waits for a delay or is on its
+    /// way, or the model drains).
+    Free { tell: bool },
+    /// Not the lane's (a stale generation): the scheduler hears as before.
+    NotMine,
+}
+
+/// How a request went on: straight to an instance, or to the scheduler (counted as on its way).
+/// The request moves through either way, unboxed: an allocation per request would cost more on
+/// this path than the enum's size.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Route {
+    Direct { instance: usize },
+    Scheduler(Pending),
+}
+
+impl Lane {
+    /// `batcher`: the batcher the scheduler drives, shared (a direct model's).
+    pub fn new(policy: &ModelPolicy, batcher: Option<Arc<Mutex<Batcher>>>, clock: SharedClock) -> Self {
+        let delays = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if !d.max_queue_delay.is_zero());
+        let direct = policy.sequence().is_none() && !policy.decoupled;
+        Lane {
+            direct,
+            delays,
+            batcher: batcher.filter(|_| direct),
+            clock,
+            state: Mutex::new(State {
+                slots: (0..policy.instances.len()).map(|_| None).collect(),
+                free: Vec::new(),
+                in_flight: 0,
+                queued: 0,
+                open: true,
+            }),
+        }
+    }
+
+    /// Hands `p` to a free instance when nothing is queued and no delay applies; else counts it
+    /// as on its way to the scheduler and gives it back to be sent there (`unsent` if that
+    /// send fails).
+    pub fn route(&self, p: Pending) -> Route {
+        let mut p = p;
+        if self.direct {
+            loop {
+                let mut s = self.state.lock();
+                let all_free = s.free.len() == s.live();
+                if !s.open || s.backlog() || (self.delays && !all_free) {
+                    s.in_flight += 1;
+                    return Route::Scheduler(p);
+                }
+                let Some(index) = s.free.pop() else {
+                    s.in_flight += 1;
+                    return Route::Scheduler(p);
+                };
+                let Some((_, mailbox)) = s.slots[index].clone() else { continue };
+                drop(s);
+                // A free instance waits on an empty mailbox: the send fails only when it ended
+                // meanwhile (the supervisor tells the scheduler); the request tries again.
+                match mailbox.try_send(InstanceMsg::Execute(vec![p])) {
+                    Ok(()) => return Route::Direct { instance: index },
+                    Err(TrySendError::Full(InstanceMsg::Execute(mut b)))
+                    | Err(TrySendError::Disconnected(InstanceMsg::Execute(mut b))) => {
+                        p = b.pop().expect("the one request sent");
+                    }
+                    Err(_) => unreachable!("only Execute is sent here"),
+                }
+            }
+        }
+        self.state.lock().in_flight += 1;
+        Route::Scheduler(p)
+    }
+
+    /// A request counted by `route` as on its way never reached the scheduler.
+    pub fn unsent(&self) {
+        let mut s = self.state.lock();
+        s.in_flight = s.in_flight.saturating_sub(1);
+    }
+
+    /// An instance finished its batch with no request to hand back (before its answers go
+    /// out): free at once when nothing waits, so the client's next request finds it free.
+    pub fn finish(&self, index: usize, generation: u64) -> Finish {
+        if !self.direct {
+            return Finish::Scheduler;
+        }
+        let mut s = self.state.lock();
+        if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
+            return Finish::Scheduler;
+        }
+        if s.backlog() || !s.open {
+            return Finish::Pull;
+        }
+        if !s.free.contains(&index) {
+            s.free.push(index);
+        }
+        Finish::Freed
+    }
+
+    /// After `Finish::Pull`, with the answers out: the instance's next batch if the batcher
+    /// has one for it now (requests past their queue timeout come back in `expired`, to be
+    /// failed as the scheduler fails them), else it is free.
+    pub fn pull(&self, index: usize, generation: u64) -> (Pulled, Vec<Pending>) {
+        let mut s = self.state.lock();
+        if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
+            return (Pulled::NotMine, Vec::new());
+        }
+        let mut expired = Vec::new();
+        if let (true, true, Some(batcher)) = (s.open, s.backlog(), &self.batcher) {
+            let now = self.clock.now();
+            let mut q = batcher.lock();
+            expired = q.take_expired(now);
+            // Nothing else executes: a lone request need not wait for company.
+            let idle = s.free.len() + 1 >= s.live();
+            let next = q.next(now, idle);
+            s.queued = q.len();
+            if let Next::Batch(batch) = next {
+                return (Pulled::Batch(batch), expired);
+            }
+        }
+        if !s.free.contains(&index) {
+            s.free.push(index);
+        }
+        let tell = s.backlog() || !s.open;
+        (Pulled::Free { tell }, expired)
+    }
+
+    /// Locks the lane for one turn of the scheduler.
+    pub fn turn(&self) -> Turn<'_> {
+        Turn { s: self.state.lock() }
+    }
+}
+
+/// The scheduler's hold on the lane while it decides.
+pub(crate) struct Turn<'a> {
+    s: parking_lot::MutexGuard<'a, State>,
+}
+
+impl Turn<'_> {
+    /// The free instance slots.
+    pub fn free(&self) -> Vec<usize> {
+        self.s.free.clone()
+    }
+
+    /// Whether no instance executes.
+    pub fn all_free(&self) -> bool {
+        self.s.free.len() == self.s.live()
+    }
+
+    /// Takes a free instance for a batch.
+    pub fn take(&mut self, index: usize) {
+        self.s.free.retain(|&i| i != index);
+    }
+
+    /// Marks an instance free (the scheduler heard it finished).
+    pub fn release(&mut self, index: usize, generation: u64) {
+        let current = matches!(&self.s.slots[index], Some((g, _)) if *g == generation);
+        if current && !self.s.free.contains(&index) {
+            self.s.free.push(index);
+        }
+    }
+
+    /// An instance (re)started: free, with its mailbox.
+    pub fn up(&mut self, index: usize, generation: u64, mailbox: SyncSender<InstanceMsg>) {
+        self.s.slots[index] = Some((generation, mailbox));
+        if !self.s.free.contains(&index) {
+            self.s.free.push(index);
+        }
+    }
+
+    /// An instance ended (or was lost on a send).
+    pub fn down(&mut self, index: usize) {
+        self.s.slots[index] = None;
+        self.s.free.retain(|&i| i != index);
+    }
+
+    /// What the scheduler holds after its turn (read under this lock: an instance pulls under
+    /// it too), and how many requests on their way it read.
+    pub fn publish(&mut self, queued: usize, read: usize) {
+        self.s.queued = queued;
+        self.s.in_flight = self.s.in_flight.saturating_sub(read);
+    }
+
+    /// The model drains: no request goes direct any more.
+    pub fn close(&mut self) {
+        self.s.open = false;
+    }
+
+    /// Forgets every mailbox (the scheduler stops): the instances end once theirs are gone.
+    pub fn clear(&mut self) {
+        self.s.free.clear();
+        for slot in &mut self.s.slots {
+            *slot = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{sync_channel, Receiver};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::backend::{InstanceKind, InstanceSpec};
+    use crate::clock::SystemClock;
+    use crate::policy::{DynamicBatchPolicy, SequencePolicy, SequenceStrategy, DEFAULT_QUEUE_CAPACITY};
+    use crate::request::{InferRequest, Reply};
+
+    fn policy(scheduler: SchedulerPolicy, instances: usize) -> ModelPolicy {
+        ModelPolicy {
+            name: "m".into(),
+            version: 1,
+            max_batch_size: 8,
+            inputs: vec![],
+            outputs: vec![],
+            instances: (0..instances)
+                .map(|index| InstanceSpec {
+                    name: format!("m_0_{index}"),
+                    index,
+                    kind: InstanceKind::Cpu,
+                    device: None,
+                    cpu_cores: Vec::new(),
+                    rate_limiter: Default::default(),
+                })
+                .collect(),
+            scheduler,
+            decoupled: false,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            warmup: Vec::new(),
+            response_cache: false,
+        }
+    }
+
+    fn pending() -> Pending {
+        let (reply, rx) = Reply::once();
+        std::mem::forget(rx);
+        let request = InferRequest::new("m", vec![]);
+        Pending { request, reply, enqueued: Instant::now(), batch_size: 1, sequence: None, cache: None }
+    }
+
+    /// A lane whose instances are all up and free, with their mailboxes' receiving ends.
+    fn lane(p: &ModelPolicy) -> (Lane, Vec<Receiver<InstanceMsg>>) {
+        let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), Arc::new(SystemClock));
+        let mut inboxes = Vec::new();
+        for i in 0..p.instances.len() {
+            let (tx, rx) = sync_channel(1);
+            lane.turn().up(i, 1, tx);
+            inboxes.push(rx);
+        }
+        (lane, inboxes)
+    }
+
+    fn direct(r: Route) -> Option<usize> {
+        match r {
+            Route::Direct { instance } => Some(instance),
+            Route::Scheduler(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_request_goes_straight_to_a_free_instance_when_nothing_is_queued() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        assert!(matches!(inboxes[0].try_recv(), Ok(InstanceMsg::Execute(b)) if b.len() == 1));
+        // The instance is busy now: the next request goes to the scheduler.
+        assert_eq!(direct(lane.route(pending())), None);
+    }
+
+    #[test]
+    fn requests_on_their_way_to_the_scheduler_or_queued_there_keep_the_lane_shut() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 2));
+        assert_eq!(direct(lane.route(pending())), Some(1));
+        inboxes[1].try_recv().unwrap();
+        // Both free again, but a request is on its way to the scheduler: later ones follow it.
+        lane.turn().release(1, 1);
+        lane.state.lock().in_flight += 1;
+        assert_eq!(direct(lane.route(pending())), None);
+        // The scheduler read both and queues one of them.
+        lane.turn().publish(1, 2);
+        assert_eq!(direct(lane.route(pending())), None);
+        lane.turn().publish(0, 1);
+        assert_eq!(direct(lane.route(pending())), Some(1));
+    }
+
+    #[test]
+    fn a_send_that_fails_leaves_the_request_counted_as_on_its_way() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        drop(inboxes);
+        // The instance ended: the request goes to the scheduler, counted until it reads it.
+        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(lane.state.lock().in_flight, 1);
+        lane.unsent();
+        assert_eq!(lane.state.lock().in_flight, 0);
+    }
+
+    #[test]
+    fn with_a_batching_delay_a_request_goes_direct_only_while_nothing_runs() {
+        let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
+        let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Dynamic(dynamic), 2));
+        assert!(direct(lane.route(pending())).is_some());
+        // One instance runs: the batcher would let the next request wait for company.
+        assert_eq!(direct(lane.route(pending())), None);
+        let no_delay = DynamicBatchPolicy { max_queue_delay: Duration::ZERO, ..Default::default() };
+        let (lane, _inboxes) = self::lane(&policy(SchedulerPolicy::Dynamic(no_delay), 2));
+        assert!(direct(lane.route(pending())).is_some());
+        assert!(direct(lane.route(pending())).is_some());
+    }
+
+    #[test]
+    fn sequence_and_decoupled_models_always_go_through_the_scheduler() {
+        let seq = SequencePolicy {
+            strategy: SequenceStrategy::Direct,
+            max_idle: Duration::from_secs(1),
+            controls: Vec::new(),
+            states: Vec::new(),
+            max_backlog: 0,
+            start_grace: Duration::ZERO,
+            max_state_bytes: None,
+            iterative: false,
+        };
+        let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Sequence(seq), 1));
+        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(lane.finish(0, 1), Finish::Scheduler);
+        let mut decoupled = policy(SchedulerPolicy::Direct, 1);
+        decoupled.decoupled = true;
+        let (lane, _inboxes) = self::lane(&decoupled);
+        assert_eq!(direct(lane.route(pending())), None);
+    }
+
+    #[test]
+    fn a_draining_model_takes_no_direct_request() {
+        let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        lane.turn().close();
+        assert_eq!(direct(lane.route(pending())), None);
+    }
+
+    #[test]
+    fn an_instance_with_nothing_waiting_frees_itself_without_a_message() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        inboxes[0].try_recv().unwrap();
+        assert_eq!(lane.finish(0, 1), Finish::Freed);
+        assert!(lane.turn().all_free());
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        // A stale generation (the instance was restarted) is not the lane's to free.
+        assert_eq!(lane.finish(0, 7), Finish::Scheduler);
+        assert!(matches!(lane.pull(0, 7), (Pulled::NotMine, _)));
+    }
+
+    #[test]
+    fn an_instance_pulls_its_next_batch_from_the_batcher_while_requests_wait() {
+        let p = policy(SchedulerPolicy::Direct, 1);
+        let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
+        let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
+        let (tx, _rx) = sync_channel(1);
+        lane.turn().up(0, 1, tx);
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        // Two requests reach the scheduler while the instance runs; it queues them.
+        for _ in 0..2 {
+            let Route::Scheduler(p) = lane.route(pending()) else { panic!("the instance is busy") };
+            batcher.lock().push(p).unwrap();
+        }
+        lane.turn().publish(2, 2);
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        // The instance takes them one by one (no dynamic batching), the last leaving it free
+        // with nothing for the scheduler to hear.
+        assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
+        assert!(!lane.turn().all_free());
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
+        assert_eq!(lane.finish(0, 1), Finish::Freed);
+        assert!(lane.turn().all_free());
+    }
+
+    #[test]
+    fn an_instance_tells_the_scheduler_when_requests_are_on_their_way_or_the_model_drains() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        inboxes[0].try_recv().unwrap();
+        // On its way to the scheduler, not in the batcher yet: the instance is free and the
+        // scheduler must hear it.
+        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
+        assert!(lane.turn().all_free());
+        lane.turn().publish(0, 1);
+        lane.turn().close();
+        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
+    }
+
+    #[test]
+    fn a_pull_fails_nothing_but_hands_back_the_requests_past_their_queue_timeout() {
+        let dynamic = DynamicBatchPolicy {
+            default_queue_policy: crate::policy::QueuePolicy {
+                default_timeout: Some(Duration::from_millis(1)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
+        let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
+        let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
+        let (tx, _rx) = sync_channel(1);
+        lane.turn().up(0, 1, tx);
+        assert_eq!(direct(lane.route(pending())), Some(0));
+        let Route::Scheduler(mut late) = lane.route(pending()) else { panic!("the instance is busy") };
+        late.enqueued -= Duration::from_millis(5);
+        batcher.lock().push(late).unwrap();
+        lane.turn().publish(1, 1);
+        let (pulled, expired) = lane.pull(0, 1);
+        assert_eq!(expired.len(), 1);
+        assert!(matches!(pulled, Pulled::Free { tell: false }));
+    }
+
+    #[test]
+    fn a_downed_instance_is_never_handed_a_request() {
+        let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Direct, 2));
+        lane.turn().down(1);
+        lane.turn().down(0);
+        assert_eq!(direct(lane.route(pending())), None);
+        assert!(lane.turn().free().is_empty());
+    }
+}
