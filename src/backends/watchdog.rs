@@ -58,6 +58,8 @@ pub fn stop_at(batch: &BatchInput<'_>) -> Option<Instant> {
 }
 
 /// The milliseconds left until `deadline`, at least 1 (a runtime's timeout of 0 means none).
+/// TensorFlow's `RunOptions` take it; a build without TensorFlow has no caller but the test.
+#[cfg_attr(not(feature = "tensorflow"), allow(dead_code))]
 pub fn left_ms(deadline: Instant) -> i64 {
     let left = deadline.saturating_duration_since(Instant::now()).as_millis();
     i64::try_from(left).unwrap_or(i64::MAX).max(1)
