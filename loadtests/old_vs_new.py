@@ -3,10 +3,12 @@
 binary, alternating which goes first in each pair, so a refactor can show that it changed no
 figure beyond noise (issue 25 point 7).
 
-Loads, each over gRPC with perf_analyzer: `mlp` batch 1 at c16 (dynamic batching), and the
+Loads, each over gRPC with perf_analyzer: `mlp` batch 1 at c16 (dynamic batching), the
 sequence model `accumulate_oldest` with --sequence-length 10 at c64 and c256 (the `oldest`
-strategy; see sequences.py). Per pair and load: new ÷ old infer/s and p99. Every run must exit 0
-with no error line and leave the server's failure counts unchanged.
+strategy; see sequences.py), the ensemble `add_sub_pipeline` (add_sub, then identity_fp32) at
+c16, and the decoupled `repeat_int32` over gRPC streams at c8 (IN of 4 elements, no delays:
+4 responses and a final flag per request). Per pair and load: new ÷ old infer/s and p99. Every
+run must exit 0 with no error line and leave the server's failure counts unchanged.
 
   .venv/bin/python loadtests/old_vs_new.py --old PATH --new PATH [--pairs 3]
 
@@ -14,14 +16,28 @@ Results: loadtests/out/old_vs_new-<time>/summary.{md,json}.
 """
 
 import argparse
+import json
 import os
 import sys
 
 import common
 from common import PAError, median, spread
 
+REPEAT_DATA = "repeat_int32.json"  # written into the run's folder
 LOADS = (("mlp", 16, []), ("accumulate_oldest", 64, ["--sequence-length", "10"]),
-         ("accumulate_oldest", 256, ["--sequence-length", "10"]))
+         ("accumulate_oldest", 256, ["--sequence-length", "10"]), ("add_sub_pipeline", 16, []),
+         ("repeat_int32", 8, ["--streaming", "--input-data", REPEAT_DATA]))
+MODELS = ["mlp", "accumulate_oldest", "add_sub", "identity_fp32", "add_sub_pipeline", "repeat_int32"]
+
+
+def repeat_input(out_dir):
+    """perf_analyzer's data for repeat_int32: IN of 4 elements, no delay before any response."""
+    path = os.path.join(out_dir, REPEAT_DATA)
+    with open(path, "w") as f:
+        json.dump({"data": [{"IN": {"content": [1, 2, 3, 4], "shape": [4]},
+                             "DELAY": {"content": [0, 0, 0, 0], "shape": [4]},
+                             "WAIT": {"content": [0], "shape": [1]}}]}, f)
+    return path
 
 
 def main():
@@ -38,19 +54,21 @@ def main():
     out_dir, _ = common.make_out_dir(args, "old_vs_new")
     header = common.run_header(args)
     results, failures = [], []
+    data = repeat_input(out_dir)
     for pair in range(args.pairs):
         order = (("old", args.old), ("new", args.new)) if pair % 2 == 0 else (("new", args.new), ("old", args.old))
         for label, binary in order:
             with common.bench_server(binary, args.onnxruntime_library, args.model_repository, out_dir,
-                                     models=["mlp", "accumulate_oldest"], ready=["mlp", "accumulate_oldest"],
+                                     models=MODELS, ready=MODELS,
                                      log_name=f"server-{label}-{pair + 1}.log", prefix="ovn-") as srv:
                 for model, conc, extra in LOADS:
                     name = f"pair{pair + 1}-{label}-{model}-c{conc}"
                     try:
                         r = common.run_pa(args.perf_analyzer, model, srv.url("grpc"), "grpc", conc,
                                           os.path.join(out_dir, name + ".csv"), os.path.join(out_dir, name + ".log"),
-                                          extra=extra, interval_ms=args.interval_ms, stability=args.stability,
-                                          server=srv, teardown_ok=bool(extra))
+                                          extra=[data if x == REPEAT_DATA else x for x in extra],
+                                          interval_ms=args.interval_ms, stability=args.stability,
+                                          server=srv, teardown_ok=model == "accumulate_oldest")
                     except PAError as e:
                         print(f"FAILED {name}: {e}", flush=True)
                         failures.append({"run": name, "error": str(e)})
@@ -70,7 +88,7 @@ def main():
              "", "| load | new ÷ old infer/s median (min–max) | new ÷ old p99 median (min–max) | old infer/s | new infer/s |",
              "| --- | --- | --- | --- | --- |"]
     ratios = {}
-    for model, conc, _ in LOADS:
+    for model, conc, extra in LOADS:
         tp, p99 = [], []
         for k in range(1, args.pairs + 1):
             o, n = get(k, "old", model, conc, "infer_per_s"), get(k, "new", model, conc, "infer_per_s")
@@ -82,7 +100,8 @@ def main():
         olds = [r["infer_per_s"] for r in results if (r["build"], r["model"], r["concurrency"]) == ("old", model, conc)]
         news = [r["infer_per_s"] for r in results if (r["build"], r["model"], r["concurrency"]) == ("new", model, conc)]
         ratios[f"{model}-c{conc}"] = {"infer_per_s": tp, "p99": p99}
-        lines.append(f"| {model} gRPC c{conc} | {median(tp):.2f} ({spread(tp)}) | {median(p99):.2f} ({spread(p99)}) | "
+        proto = "gRPC stream" if "--streaming" in extra else "gRPC"
+        lines.append(f"| {model} {proto} c{conc} | {median(tp):.2f} ({spread(tp)}) | {median(p99):.2f} ({spread(p99)}) | "
                      f"{median(olds):.0f} | {median(news):.0f} |")
     common.write_summary(out_dir, {"header": header, "ratios": ratios, "results": results, "failures": failures},
                          lines)
