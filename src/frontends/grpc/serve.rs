@@ -53,12 +53,6 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
-/// Temporary switch for measuring (issue 19 point 3): `TRITIUM_GRPC_RUNTIME=shared` serves
-/// every connection on one multi-threaded runtime instead of one thread per connection.
-fn shared_runtime() -> bool {
-    std::env::var("TRITIUM_GRPC_RUNTIME").is_ok_and(|v| v == "shared")
-}
-
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -71,12 +65,7 @@ fn serving_thread(
     rx: mpsc::UnboundedReceiver<Accepted>,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let rt = if shared_runtime() {
-        // Temporary (issue 19 point 3): every connection on one multi-threaded runtime.
-        tokio::runtime::Builder::new_multi_thread().worker_threads(opts.threads.max(1)).enable_all().build()?
-    } else {
-        runtime()?
-    };
+    let rt = runtime()?;
     std::thread::Builder::new().name(format!("grpc-{index}")).spawn(move || {
         rt.block_on(async move {
             // Past age + grace a connection is closed whatever still runs.
@@ -147,8 +136,7 @@ pub fn serve(server: Arc<Server>, addr: SocketAddr, opts: GrpcOptions) -> anyhow
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut threads = Vec::new();
     let mut lanes = Vec::new();
-    let lanes_count = if shared_runtime() { 1 } else { opts.threads.max(1) };
-    for index in 0..lanes_count {
+    for index in 0..opts.threads.max(1) {
         let (tx, rx) = mpsc::unbounded_channel();
         lanes.push(tx);
         threads.push(serving_thread(index, server.clone(), opts.clone(), rx, stop_rx.clone())?);
