@@ -6,6 +6,7 @@ the message is read, the server serving on.
 """
 import json
 import socket
+import urllib.parse
 
 import grpc
 import numpy as np
@@ -252,8 +253,12 @@ def test_grpc_refuses_from_the_announced_length_without_waiting_for_the_message(
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(grpc_call_head(port, "ModelInfer"))
         s.sendall(h2_frame(0, 0, 1, b"\x00" + (256 << 20).to_bytes(4, "big") + b"\x0a" * 16))
-        took = wait_for_stream_end(s, 30)
-    assert took is not None and took < 5, f"the call was not ended from its length prefix ({took})"
+        end = wait_for_stream_end(s, 30)
+    assert end is not None and end.took < 5, f"the call was not ended from its length prefix ({end and end.took})"
+    # RESOURCE_EXHAUSTED with gRPC's own text (percent-encoded in the trailer, as gRPC sends it).
+    assert end.trailer("grpc-status") == "8", end.headers
+    assert urllib.parse.unquote(end.trailer("grpc-message")) == \
+        f"Received message larger than max ({256 << 20} vs. {GRPC_LIMIT})", end.headers
     c = grpcclient.InferenceServerClient(small_grpc.grpc_url)
     try:
         x, ins = identity_inputs(16)
