@@ -6,7 +6,7 @@
 //! Why not `sync_channel(1)`: its sender wakes the parked receiver (a futex wake) while holding the
 //! receivers' waker lock. On a busy machine the woken instance thread can run its whole request
 //! before the sender is scheduled again to release that lock, and then blocks on it when it comes
-//! back for its next message: a second sleep and wake-up per request at c1 (seen as 1.4-1.6
+//! back for its next message: a second sleep and wake-up per request at c1 (seen as 1.4-1.8
 //! voluntary context switches per add_sub request on the instance thread; `loadtests/PROFILES.md`).
 //! Here a sender puts the message under the lock and wakes the receiver after releasing it, and
 //! `parking_lot` wakes a parked thread outside its own queue lock too.
