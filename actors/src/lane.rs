@@ -24,13 +24,14 @@
 //! finds a free instance while earlier requests wait in the scheduler, and an instance never
 //! frees itself unseen while requests wait for one.
 
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::batcher::Batcher;
 use crate::clock::SharedClock;
+use crate::mailbox::Sender;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::protocol::{InstanceMsg, Next, Pending};
 
@@ -50,7 +51,7 @@ pub(crate) struct Lane {
 
 struct State {
     /// Each instance slot's live mailbox and its generation (none while it is down).
-    slots: Vec<Option<(u64, SyncSender<InstanceMsg>)>>,
+    slots: Vec<Option<(u64, Sender<InstanceMsg>)>>,
     /// Free instance slots, the most recently freed last (its caches are the warmest).
     free: Vec<usize>,
     /// Requests sent to the scheduler that it has not read yet.
@@ -247,7 +248,7 @@ impl Turn<'_> {
     }
 
     /// An instance (re)started: free, with its mailbox.
-    pub fn up(&mut self, index: usize, generation: u64, mailbox: SyncSender<InstanceMsg>) {
+    pub fn up(&mut self, index: usize, generation: u64, mailbox: Sender<InstanceMsg>) {
         self.s.slots[index] = Some((generation, mailbox));
         if !self.s.free.contains(&index) {
             self.s.free.push(index);
@@ -283,12 +284,12 @@ impl Turn<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc::{sync_channel, Receiver};
     use std::time::{Duration, Instant};
 
     use super::*;
     use crate::backend::{InstanceKind, InstanceSpec};
     use crate::clock::SystemClock;
+    use crate::mailbox::{mailbox, Receiver};
     use crate::policy::{DynamicBatchPolicy, SequencePolicy, SequenceStrategy, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
 
@@ -329,7 +330,7 @@ mod tests {
         let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), Arc::new(SystemClock));
         let mut inboxes = Vec::new();
         for i in 0..p.instances.len() {
-            let (tx, rx) = sync_channel(1);
+            let (tx, rx) = mailbox();
             lane.turn().up(i, 1, tx);
             inboxes.push(rx);
         }
@@ -438,7 +439,7 @@ mod tests {
         let p = policy(SchedulerPolicy::Direct, 1);
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
         let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
-        let (tx, _rx) = sync_channel(1);
+        let (tx, _rx) = mailbox();
         lane.turn().up(0, 1, tx);
         assert_eq!(direct(lane.route(pending())), Some(0));
         // Two requests reach the scheduler while the instance runs; it queues them.
@@ -487,7 +488,7 @@ mod tests {
         let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
         let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
-        let (tx, _rx) = sync_channel(1);
+        let (tx, _rx) = mailbox();
         lane.turn().up(0, 1, tx);
         assert_eq!(direct(lane.route(pending())), Some(0));
         let Route::Scheduler(mut late) = lane.route(pending()) else { panic!("the instance is busy") };

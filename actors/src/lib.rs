@@ -20,6 +20,7 @@ pub mod histogram;
 pub mod instance;
 mod lane;
 pub mod limiter;
+pub mod mailbox;
 pub mod ordering;
 pub mod policy;
 pub mod protocol;

@@ -17,7 +17,6 @@
 //! ```
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
 use actix::Message;
@@ -26,6 +25,7 @@ use tokio::sync::oneshot;
 use crate::cache::CacheMiss;
 use crate::error::{Error, ErrorKind};
 use crate::exit::InstanceExit;
+use crate::mailbox::Sender;
 use crate::request::{InferRequest, Reply};
 use crate::sequence::state::SequenceTicket;
 use crate::sequence::table::Conversation;
@@ -114,7 +114,7 @@ pub struct InstanceIdle {
 pub(crate) struct InstanceUp {
     pub index: usize,
     pub generation: u64,
-    pub mailbox: SyncSender<InstanceMsg>,
+    pub mailbox: Sender<InstanceMsg>,
 }
 
 /// From the supervisor: an instance died; its batch was already answered.
@@ -138,7 +138,7 @@ pub(crate) struct Drain(pub oneshot::Sender<()>);
 pub(crate) struct InstanceReady {
     pub index: usize,
     pub generation: u64,
-    pub mailbox: SyncSender<InstanceMsg>,
+    pub mailbox: Sender<InstanceMsg>,
 }
 
 /// From an instance thread: it ended, and how.

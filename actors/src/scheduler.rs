@@ -3,7 +3,7 @@
 //! generic over its queue: with the dynamic batcher it is the batcher actor (`BatcherActor`),
 //! with the sequence batcher the sequence actor (`SequenceActor`).
 
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use crate::clock::SharedClock;
 use crate::error::Error;
 use crate::figures::ModelFigures;
 use crate::lane::Lane;
+use crate::mailbox::Sender;
 use crate::policy::ModelPolicy;
 use crate::protocol::{Conversations, Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
 use crate::queue::Queue;
@@ -36,7 +37,7 @@ pub type SequenceActor = Scheduler<SequenceBatcher>;
 const CANCEL_SWEEP_EVERY: Duration = Duration::from_millis(10);
 
 struct Slot {
-    mailbox: Option<SyncSender<InstanceMsg>>,
+    mailbox: Option<Sender<InstanceMsg>>,
     generation: u64,
 }
 

@@ -8,7 +8,6 @@ mod decoupled;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
 use crate::lane::{Finish, Lane, Pulled};
+use crate::mailbox::{mailbox, Receiver, Sender};
 use crate::policy::ModelPolicy;
 use crate::protocol::{InstanceExited, InstanceIdle, InstanceMsg, InstanceReady, Pending};
 use crate::stats::{ComputeTimes, FailureReason, ModelStats, RequestTimes};
@@ -120,7 +120,7 @@ fn run(env: &InstanceActor) -> InstanceExit {
             return InstanceExit::LoadFailed(e);
         }
     }
-    let (tx, rx): (SyncSender<InstanceMsg>, Receiver<InstanceMsg>) = sync_channel(1);
+    let (tx, rx): (Sender<InstanceMsg>, Receiver<InstanceMsg>) = mailbox();
     env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
     while let Ok(msg) = rx.recv() {
         let mut batch = match msg {
