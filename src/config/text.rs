@@ -136,9 +136,14 @@ fn remove_inserted(normalized: &str, inserted: &[usize]) -> String {
     text
 }
 
-/// 1-based line and column (in characters) of a byte offset.
+/// 1-based line and column (in characters) of a byte offset. The parser's offsets may fall
+/// inside a multi-byte character of malformed input; they count from that character's start.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let head = &text[..offset.min(text.len())];
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let head = &text[..offset];
     let line = head.matches('\n').count() + 1;
     let line_start = head.rfind('\n').map_or(0, |i| i + 1);
     (line, head[line_start..].chars().count() + 1)
@@ -296,6 +301,14 @@ model_transaction_policy { decoupled: true }
         assert!(err.message.starts_with("model_repository/foo/config.pbtxt:7:3: "), "{}", err.message);
         assert!(err.message.contains("max_batchsize"), "{}", err.message);
         assert!(err.message.contains("inference.ModelConfig"), "{}", err.message);
+    }
+
+    #[test]
+    fn an_offset_inside_a_multibyte_character_counts_from_its_start() {
+        // The parser reported such an offset for `state [€` (fuzz/regressions/model_config).
+        assert_eq!(line_col("a\nb [\u{20ac}", 6), (2, 4));
+        assert_eq!(line_col("a\nb [\u{20ac}", 7), (2, 4));
+        assert_eq!(line_col("a\nb [\u{20ac}", 99), (2, 5));
     }
 
     #[test]
