@@ -1,12 +1,16 @@
 """An OTLP/HTTP trace receiver on loopback, for the OpenTelemetry trace mode's tests and load
 test: it takes `POST /v1/traces` with a protobuf `ExportTraceServiceRequest` (decoded with the
 official definitions of the `opentelemetry-proto` package), keeps every span with its resource
-and scope, and answers an empty `ExportTraceServiceResponse`, as a collector does. It is not a
-collector: nothing is forwarded or stored beyond this process."""
+and scope, and answers an empty `ExportTraceServiceResponse`, as a collector does. With
+`json=True` it also takes OTLP/JSON (what Triton 2.51's exporter sends). It is not a collector:
+nothing is forwarded or stored beyond this process."""
+import base64
 import gzip
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -25,12 +29,39 @@ def attributes(kvs) -> dict:
     return out
 
 
+ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+def _hex_ids_to_base64(node):
+    """OTLP/JSON writes trace and span ids as hex, where protobuf's JSON mapping expects base64."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ID_FIELDS and isinstance(value, str):
+                node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            else:
+                _hex_ids_to_base64(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids_to_base64(item)
+    return node
+
+
+def parse_export(body: bytes, content_type: str) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    if content_type == "application/json":
+        json_format.ParseDict(_hex_ids_to_base64(json.loads(body)), request, ignore_unknown_fields=True)
+    else:
+        request.ParseFromString(body)
+    return request
+
+
 class Receiver:
     """`with Receiver() as r:` serves on `r.url` until the block ends; `r.spans` holds
     (resource attributes, scope name, span) for every span received."""
 
-    def __init__(self, path="/v1/traces", keep=True):
+    def __init__(self, path="/v1/traces", keep=True, json=False):
         self.path = path
+        self.types = ("application/x-protobuf", "application/json") if json else ("application/x-protobuf",)
         self.keep = keep
         self.spans = []
         self.requests = 0
@@ -49,12 +80,10 @@ class Receiver:
                 problem = None
                 if self.path != receiver.path:
                     problem = f"POST to {self.path}, expected {receiver.path}"
-                elif self.headers.get("Content-Type") != "application/x-protobuf":
+                elif self.headers.get("Content-Type") not in receiver.types:
                     problem = f"Content-Type {self.headers.get('Content-Type')!r}"
                 if problem is None:
-                    request = ExportTraceServiceRequest()
-                    request.ParseFromString(body)
-                    receiver._add(request)
+                    receiver._add(parse_export(body, self.headers["Content-Type"]))
                     reply = ExportTraceServiceResponse().SerializeToString()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-protobuf")

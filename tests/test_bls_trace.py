@@ -2,7 +2,9 @@
 `tritonserver`, same Python backend, same model.py): a BLS call made with its request's trace
 (`pb_utils.InferenceRequest(..., trace=request.trace())`) and an ensemble's step are traced as
 children of the request, so the trace file has the called model's record naming the caller's
-trace id as its `parent_id`, with the same points as Triton's, written before the caller's.
+trace id as its `parent_id`, with the same points as Triton's, written before the caller's. In
+OpenTelemetry mode the call is a span under its caller's model span, and model.py is handed the
+W3C context of that span, as in Triton.
 """
 import glob
 import json
@@ -14,6 +16,8 @@ import requests
 import tritonclient.http as httpclient
 
 from helpers import Server, wait_until
+from otlp_receiver import Receiver, attributes
+from test_opentelemetry import otel_args
 from test_python_backend import MODELS, Triton, stub_env
 
 BLS_MODELS = MODELS.parent / "bls_models"
@@ -58,7 +62,7 @@ def servers(tmp_path_factory):
     assert tritium.stop() == 0, tritium.log_tail()
 
 
-def call(url, model, names, outputs, request_id):
+def call(url, model, names, outputs, request_id, headers=None):
     client = httpclient.InferenceServerClient(url)
     inputs = []
     for name, value in zip(names, (np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32))):
@@ -66,7 +70,7 @@ def call(url, model, names, outputs, request_id):
         t.set_data_from_numpy(value)
         inputs.append(t)
     try:
-        result = client.infer(model, inputs, request_id=request_id)
+        result = client.infer(model, inputs, request_id=request_id, headers=headers)
         return [result.as_numpy(o) for o in outputs]
     finally:
         client.close()
@@ -88,6 +92,12 @@ def trace_of(prefix, request_id):
                     points.setdefault(r["id"], []).append(t["name"])
             return heads, points
     return None
+
+
+def caller_points(prefix, request_id):
+    heads, points = trace_of(prefix, request_id)
+    caller = next(h for h in heads if "parent_id" not in h)
+    return points[caller["id"]]
 
 
 def child_and_caller(servers, request_id, caller):
@@ -115,8 +125,11 @@ def test_a_bls_call_with_its_requests_trace_is_its_child_as_in_triton(servers):
     got = child_and_caller(servers, "bls-1", "bls_traced")
     # The BLS request has no id of its own: none in its record, as in Triton.
     assert "request_id" not in got["tritium"][0] and "request_id" not in got["triton"][0]
-    # The child's points are Triton's, in the same order.
+    # The child's points are Triton's, in the same order; the caller has Triton's points (Triton
+    # writes them in the order they were reported, the backend's compute points last).
     assert got["tritium"][2] == got["triton"][2]
+    callers = {name: caller_points(prefix, "bls-1") for name, (_, prefix) in servers.items()}
+    assert sorted(callers["tritium"]) == sorted(callers["triton"]), callers
 
 
 def test_an_ensemble_step_is_a_child_record_as_in_triton(servers):
@@ -126,3 +139,53 @@ def test_an_ensemble_step_is_a_child_record_as_in_triton(servers):
     got = child_and_caller(servers, "ens-1", "ens_add_sub")
     assert got["tritium"][0].get("request_id") == got["triton"][0].get("request_id"), got
     assert got["tritium"][2] == got["triton"][2]
+    # The ensemble's own record: its steps computed, not it, so no compute points, as in Triton.
+    callers = {name: caller_points(prefix, "ens-1") for name, (_, prefix) in servers.items()}
+    assert not [p for p in callers["tritium"] if p.startswith("COMPUTE_")], callers
+    assert sorted(callers["tritium"]) == sorted(callers["triton"]), callers
+
+
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c12666c"
+
+
+def span_tree(spans):
+    """Each span as (name, its parent's name or 'client', events, attributes without the ids
+    that differ between runs), sorted: what two servers' traces must agree on."""
+    by_id = {s.span_id: s for s in spans}
+    out = []
+    for s in spans:
+        parent = by_id.get(s.parent_span_id)
+        attrs = {k: v for k, v in attributes(s.attributes).items() if k not in ("triton.trace_id", "triton.trace_parent_id")}
+        out.append((s.name, parent.name if parent else "client", [e.name for e in s.events], sorted(attrs.items())))
+    return sorted(out, key=repr)
+
+
+def test_in_opentelemetry_mode_a_bls_call_is_a_span_under_its_caller_as_in_triton(tmp_path):
+    repo = tmp_path / "models"
+    shutil.copytree(MODELS / "add_sub", repo / "add_sub")
+    shutil.copytree(BLS_MODELS / "bls_traced", repo / "bls_traced")
+    got = {}
+    for name in ("triton", "tritium"):
+        with Receiver(json=True) as rx:
+            args = otel_args(rx.url, "rate=1")
+            srv = (Triton(repo, tmp_path, args=args, timeout=180) if name == "triton"
+                   else Server(repo, args=args, log_dir=tmp_path, env=stub_env()).start(timeout=180))
+            try:
+                total, context = call(srv.http_url, "bls_traced", ("INPUT0", "INPUT1"), ("SUM", "CONTEXT"), "otel-1",
+                                      headers={"traceparent": f"00-{CLIENT_TRACE}-b7ad6b7169242424-01"})
+                np.testing.assert_array_equal(total, np.arange(4, dtype=np.float32) + 1)
+                wait_until(lambda: rx.count() >= 5, timeout=30, what=f"{name}'s 5 spans")
+            finally:
+                stopped = srv.stop()
+            assert name == "triton" or stopped == 0, srv.log_tail()
+            spans = [s for _, _, s in rx.all()]
+            got[name] = (span_tree(spans), spans, json.loads(context[0]))
+    assert got["tritium"][0] == got["triton"][0]
+    names = [n for n, *_ in got["tritium"][0]]
+    assert sorted(names) == ["InferRequest", "add_sub", "bls_traced", "compute", "compute"], names
+    # model.py's `request.trace().get_context()`: the W3C context of its own model's span, in
+    # the client's trace, so a model can pass it on to services it calls.
+    for name, (_, spans, context) in got.items():
+        caller = next(s for s in spans if s.name == "bls_traced")
+        assert context == {"traceparent": f"00-{CLIENT_TRACE}-{caller.span_id.hex()}-01"}, (name, context)
+        assert {s.trace_id.hex() for s in spans} == {CLIENT_TRACE}, name

@@ -160,7 +160,10 @@ async fn run<R: Route>(
             request.outputs =
                 step.outputs.iter().map(|(o, _)| RequestedOutput { name: o.clone(), class_count: 0 }).collect();
             // A traced ensemble request traces each step as a child of its own trace.
-            let child = origin.and_then(|o| o.trace.as_ref()).map(|t| t.child(&step.model));
+            let child = origin.and_then(|o| o.trace.as_ref()).map(|t| {
+                t.set_ensemble();
+                t.child(&step.model)
+            });
             if let Some(c) = &child {
                 c.record(trace::REQUEST_START);
                 c.set_request_id(&request.id);

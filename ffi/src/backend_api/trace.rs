@@ -19,7 +19,8 @@ use super::error::Error;
 
 /// A request's trace on its way through a backend: the engine's trace object, which comes back
 /// to the engine on the requests a backend makes under it; and its trace context (what
-/// `TRITONSERVER_InferenceTraceContext` answers: empty in Triton's trace mode).
+/// `TRITONSERVER_InferenceTraceContext` answers: the W3C context of the model's span in
+/// OpenTelemetry mode, empty in Triton's trace mode).
 #[derive(Clone)]
 pub struct HostTrace {
     pub trace: Arc<dyn Any + Send + Sync>,
@@ -71,8 +72,9 @@ impl InferenceTrace {
 }
 
 export! {
-    /// The trace context (Triton fills it in OpenTelemetry mode only; Tritium's is empty, so
-    /// `request.trace().get_context()` in a model.py is `None`).
+    /// The trace context: in OpenTelemetry mode `{"traceparent":"00-…"}` naming the model's span
+    /// of the traced request, as Triton gives it (what `request.trace().get_context()` answers
+    /// in a model.py); empty in Triton's trace mode.
     fn TRITONSERVER_InferenceTraceContext(trace: *mut InferenceTrace, trace_context: *mut *const c_char) {
         // SAFETY: a live trace object and the caller's out-parameter.
         unsafe { write(trace_context, borrow(trace, "trace")?.context.as_ptr(), "trace_context") }

@@ -49,7 +49,7 @@ fn from_request(mut r: HostRequest, request: Option<&InferRequest>) -> HostReque
         r.timeout_us = req.timeout_us;
         // A traced request's trace goes to the backend (opaque to it), and comes back on the
         // requests it makes with it (BLS), whose traces become its children.
-        r.trace = req.trace.clone().map(|t| HostTrace { trace: t, context: String::new() });
+        r.trace = req.trace.clone().map(|t| HostTrace { context: t.context(), trace: t });
         r.parameters = req
             .parameters
             .iter()

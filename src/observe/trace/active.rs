@@ -37,12 +37,11 @@ impl ActiveTrace {
         }
     }
 
-    /// The engine's answer is complete: `INFER_RESPONSE_COMPLETE`, which Triton's
-    /// OpenTelemetry mode puts on the root span (its trace files do not have it).
+    /// The engine's answer is complete: `INFER_RESPONSE_COMPLETE`, on the root span in
+    /// OpenTelemetry mode and in the record in Triton's trace files (Triton 2.51 writes it in
+    /// both).
     pub fn response_complete(&self) {
-        if self.setting.config.mode == TraceMode::OpenTelemetry {
-            self.record("INFER_RESPONSE_COMPLETE");
-        }
+        self.record("INFER_RESPONSE_COMPLETE");
     }
 
     /// Hands the trace to the engine, which stamps queue and compute on it.

@@ -165,7 +165,13 @@ impl TraceManager {
             return None;
         }
         let events = setting.config.level.timestamps.then(|| Arc::new(Trace::new()));
-        let parent = parent.filter(|_| setting.config.mode == TraceMode::OpenTelemetry).map(Box::new);
+        let otel = setting.config.mode == TraceMode::OpenTelemetry;
+        let parent = parent.filter(|_| otel).map(Box::new);
+        if let (true, Some(events)) = (otel, &events) {
+            // The model span's ids are chosen now, so the backend can be handed its context.
+            let trace_id = parent.as_ref().map(|p| u128::from_be_bytes(p.0.trace_id().to_bytes()));
+            events.set_span(tritium_actors::trace::SpanIds::new(trace_id));
+        }
         Some(ActiveTrace {
             id: next_id(),
             model: model.to_string(),

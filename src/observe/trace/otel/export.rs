@@ -68,6 +68,7 @@ impl Exporter {
             // Sampling is the trace extension's (rate, count, a client's context): every span
             // built is exported.
             .with_sampler(Sampler::AlwaysOn)
+            .with_id_generator(super::ids::PresetIds::default())
             .build();
         let tracer = provider.tracer("triton-server");
         let (jobs, rx) = sync_channel(TRACE_QUEUE);

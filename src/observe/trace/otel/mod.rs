@@ -19,6 +19,7 @@
 
 pub mod config;
 mod export;
+mod ids;
 pub mod propagate;
 
 use std::sync::{Arc, OnceLock};
@@ -74,11 +75,16 @@ pub(super) fn build(tracer: &SdkTracer, trace: Finished, next_id: &dyn Fn() -> u
     // A frontend may stamp its first point before sampling (HTTP_RECV_START): the root
     // span starts at whichever is first.
     let start = events.first().map_or(trace.started, |(_, at)| (*at).min(trace.started));
-    let mut root = tracer
-        .span_builder("InferRequest")
-        .with_kind(SpanKind::Server)
-        .with_start_time(wall(start))
-        .start_with_context(tracer, &parent_cx);
+    let own = trace.events.as_deref().and_then(Trace::span);
+    // The root starts the trace its model span's ids were chosen in (the client's, when it
+    // sent one: then the remote parent gives the root that trace id anyway).
+    let mut root = ids::preset(own.map(|i| i.trace_id), None, || {
+        tracer
+            .span_builder("InferRequest")
+            .with_kind(SpanKind::Server)
+            .with_start_time(wall(start))
+            .start_with_context(tracer, &parent_cx)
+    });
     for (name, at) in events.iter().filter(|(n, _)| !REQUEST_POINTS.contains(n) && !COMPUTE_POINTS.contains(n)) {
         root.add_event_with_timestamp(*name, wall(*at), Vec::new());
     }
@@ -91,6 +97,7 @@ pub(super) fn build(tracer: &SdkTracer, trace: Finished, next_id: &dyn Fn() -> u
         request_id: &trace.request_id,
         events: &events,
         children: trace.events.as_deref().map(Trace::children).unwrap_or_default(),
+        span_id: own.map(|i| i.span_id),
     };
     model_span(tracer, &root_cx, model, (start, end), next_id);
     root_cx.span().end_with_timestamp(wall(end));
@@ -116,29 +123,31 @@ fn model_span(
     if !m.request_id.is_empty() {
         attributes.push(KeyValue::new("triton.request_id", m.request_id.to_string()));
     }
-    let mut span = tracer
-        .span_builder(m.model.to_string())
-        .with_kind(SpanKind::Server)
-        .with_start_time(wall(start))
-        .with_attributes(attributes)
-        .start_with_context(tracer, parent_cx);
+    let mut span = ids::preset(None, m.span_id, || {
+        tracer
+            .span_builder(m.model.to_string())
+            .with_kind(SpanKind::Server)
+            .with_start_time(wall(start))
+            .with_attributes(attributes)
+            .start_with_context(tracer, parent_cx)
+    });
     for (name, at) in m.events.iter().filter(|(n, _)| REQUEST_POINTS.contains(n)) {
         span.add_event_with_timestamp(*name, wall(*at), Vec::new());
     }
     let cx = parent_cx.with_span(span);
-    if m.children.is_empty() {
-        let compute: Vec<_> = m.events.iter().filter(|(n, _)| COMPUTE_POINTS.contains(n)).collect();
-        if let (Some(first), Some(last)) = (compute.first(), compute.last()) {
-            let mut span = tracer
-                .span_builder("compute")
-                .with_kind(SpanKind::Server)
-                .with_start_time(wall(first.1))
-                .start_with_context(tracer, &cx);
-            for (name, at) in &compute {
-                span.add_event_with_timestamp(*name, wall(*at), Vec::new());
-            }
-            span.end_with_timestamp(wall(last.1));
+    // A model that ran has a compute span, BLS calls or not; an ensemble (its steps ran, not
+    // it) has no compute points, so none.
+    let compute: Vec<_> = m.events.iter().filter(|(n, _)| COMPUTE_POINTS.contains(n)).collect();
+    if let (Some(first), Some(last)) = (compute.first(), compute.last()) {
+        let mut span = tracer
+            .span_builder("compute")
+            .with_kind(SpanKind::Server)
+            .with_start_time(wall(first.1))
+            .start_with_context(tracer, &cx);
+        for (name, at) in &compute {
+            span.add_event_with_timestamp(*name, wall(*at), Vec::new());
         }
+        span.end_with_timestamp(wall(last.1));
     }
     for (model, child) in &m.children {
         let events = child.events();
@@ -147,9 +156,11 @@ fn model_span(
             version: child.version(),
             id: next_id(),
             parent_id: m.id,
-            request_id: m.request_id,
+            // Its own: an ensemble step's is the ensemble's, a BLS call's the call's.
+            request_id: child.request_id(),
             events: &events,
             children: child.children(),
+            span_id: child.span().map(|i| i.span_id),
         };
         model_span(tracer, &cx, sub, (start, end), next_id);
     }
@@ -164,16 +175,19 @@ struct ModelSpan<'a> {
     request_id: &'a str,
     events: &'a [(&'static str, Instant)],
     children: Vec<(String, std::sync::Arc<Trace>)>,
+    /// The span id chosen when the request was sampled (the one its backend was handed).
+    span_id: Option<u64>,
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
     use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
     use parking_lot::Mutex;
+    use tritium_actors::trace::SpanIds;
 
     use super::*;
 
@@ -195,19 +209,29 @@ mod tests {
     #[test]
     fn nested_ensembles_become_tritons_span_tree() {
         let spans = Collect::default();
-        let provider = SdkTracerProvider::builder().with_simple_exporter(spans.clone()).build();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .with_id_generator(ids::PresetIds::default())
+            .build();
         let tracer = provider.tracer("triton-server");
         let t0 = Instant::now();
         let at = |us: u64| t0 + Duration::from_micros(us);
         // outer ensemble → [inner ensemble → [leaf]]; every level stamps its own points.
         let outer = Arc::new(Trace::new());
+        // Chosen at sampling, in the client's trace (see `TraceManager::sample`).
+        let own = SpanIds { trace_id: 0x0af7651916cd43dd8448eb211c12666c, span_id: 0x1122334455667788 };
+        outer.set_span(own);
+        // The instance running an ensemble stamps compute points on it as on any request.
         for (name, us) in [("HTTP_RECV_START", 0), ("REQUEST_START", 10), ("QUEUE_START", 11), ("COMPUTE_START", 12)] {
             outer.record_at(name, at(us));
         }
+        outer.set_ensemble();
         let inner = outer.child("inner");
+        inner.set_ensemble();
         inner.set_version(2);
         let leaf = inner.child("leaf");
         leaf.set_version(7);
+        leaf.set_request_id("r");
         for (name, us) in [("REQUEST_START", 20), ("QUEUE_START", 21), ("REQUEST_END", 60)] {
             inner.record_at(name, at(us));
         }
@@ -234,6 +258,7 @@ mod tests {
             events: Some(outer),
         };
         let next = std::sync::atomic::AtomicU64::new(100);
+        let leaf_ids = leaf.span().unwrap();
         build(&tracer, finished, &|| next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let spans = spans.0.lock().clone();
         let named = |n: &str| spans.iter().find(|s| s.name == n).unwrap_or_else(|| panic!("no span {n}"));
@@ -243,6 +268,9 @@ mod tests {
         let (root, outer, inner, leaf, compute) =
             (named("InferRequest"), named("outer"), named("inner"), named("leaf"), named("compute"));
         assert_eq!(root.span_context.trace_id().to_string(), "0af7651916cd43dd8448eb211c12666c");
+        // The model spans have the ids their backends were handed (`Trace::context`).
+        assert_eq!(outer.span_context.span_id().to_string(), "1122334455667788");
+        assert_eq!(leaf.span_context.span_id(), SpanId::from(leaf_ids.span_id));
         assert_eq!(root.parent_span_id.to_string(), "b7ad6b7169242424");
         assert!(root.parent_span_is_remote);
         for (child, parent) in [(outer, root), (inner, outer), (leaf, inner), (compute, leaf)] {
@@ -266,6 +294,59 @@ mod tests {
         assert_eq!(attr(leaf, "triton.model_version"), Some(7i64.into()));
         assert_eq!(attr(inner, "triton.model_name"), Some("inner".into()));
         assert_eq!(attr(leaf, "triton.request_id"), Some("r".into()));
+        assert!(attr(inner, "triton.request_id").is_none(), "a child's request id is its own");
         assert!(attr(root, "triton.model_name").is_none());
+    }
+
+    #[test]
+    fn a_model_that_makes_bls_calls_has_its_compute_span_and_its_calls_under_it() {
+        let spans = Collect::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .with_id_generator(ids::PresetIds::default())
+            .build();
+        let tracer = provider.tracer("triton-server");
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        let caller = Arc::new(Trace::new());
+        caller.set_span(SpanIds::new(None));
+        for (name, us) in [("REQUEST_START", 10), ("QUEUE_START", 11), ("COMPUTE_START", 12)] {
+            caller.record_at(name, at(us));
+        }
+        let call = caller.child("add_sub");
+        for (name, us) in [("REQUEST_START", 20), ("COMPUTE_START", 22), ("COMPUTE_END", 30), ("REQUEST_END", 31)] {
+            call.record_at(name, at(us));
+        }
+        for (name, us) in [("COMPUTE_END", 40), ("REQUEST_END", 41)] {
+            caller.record_at(name, at(us));
+        }
+        let finished = Finished {
+            id: 1,
+            model: "bls".into(),
+            version: 1,
+            request_id: String::new(),
+            started: at(0),
+            ended: at(50),
+            parent: None,
+            events: Some(caller.clone()),
+        };
+        build(&tracer, finished, &|| 2);
+        let spans = spans.0.lock().clone();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(spans.len(), 5, "{names:?}");
+        let bls = spans.iter().find(|s| s.name == "bls").unwrap();
+        let ids = caller.span().unwrap();
+        // Without a client's context the trace is the one chosen at sampling.
+        assert_eq!(bls.span_context.trace_id(), TraceId::from(ids.trace_id));
+        assert_eq!(bls.span_context.span_id(), SpanId::from(ids.span_id));
+        let computes: Vec<_> = spans.iter().filter(|s| s.name == "compute").collect();
+        assert_eq!(computes.len(), 2);
+        let under = |s: &SpanData| {
+            spans.iter().find(|p| p.span_context.span_id() == s.parent_span_id).unwrap().name.to_string()
+        };
+        let mut parents: Vec<String> = computes.iter().map(|c| under(c)).collect();
+        parents.sort();
+        assert_eq!(parents, ["add_sub", "bls"]);
+        assert_eq!(under(spans.iter().find(|s| s.name == "add_sub").unwrap()), "bls");
     }
 }
