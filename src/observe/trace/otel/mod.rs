@@ -206,14 +206,20 @@ mod tests {
         span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.clone())
     }
 
-    #[test]
-    fn nested_ensembles_become_tritons_span_tree() {
+    /// A tracer as the exporter makes it (preset ids), its spans kept in memory.
+    fn collecting_tracer() -> (Collect, SdkTracerProvider, SdkTracer) {
         let spans = Collect::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(spans.clone())
             .with_id_generator(ids::PresetIds::default())
             .build();
         let tracer = provider.tracer("triton-server");
+        (spans, provider, tracer)
+    }
+
+    #[test]
+    fn nested_ensembles_become_tritons_span_tree() {
+        let (spans, _provider, tracer) = collecting_tracer();
         let t0 = Instant::now();
         let at = |us: u64| t0 + Duration::from_micros(us);
         // outer ensemble → [inner ensemble → [leaf]]; every level stamps its own points.
@@ -300,12 +306,7 @@ mod tests {
 
     #[test]
     fn a_model_that_makes_bls_calls_has_its_compute_span_and_its_calls_under_it() {
-        let spans = Collect::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(spans.clone())
-            .with_id_generator(ids::PresetIds::default())
-            .build();
-        let tracer = provider.tracer("triton-server");
+        let (spans, _provider, tracer) = collecting_tracer();
         let t0 = Instant::now();
         let at = |us: u64| t0 + Duration::from_micros(us);
         let caller = Arc::new(Trace::new());
