@@ -113,5 +113,19 @@ def test_unary_calls_of_a_sequence_on_one_connection_keep_their_order(server):
             end = stub.ModelInfer.future(request(seq, 3, end=True))
             assert value(middle.result(timeout=10)) == 3, seq
             assert value(end.result(timeout=10)) == 6, seq
+        # Harder: every request of 32 sequences in flight at once, the sequences interleaved,
+        # START to END; 8 sequences fit the model's slots, the others wait in the backlog.
+        # Each answer is its sequence's running sum only if the server ran them in order.
+        sequences, length = range(7000, 7032), 8
+        futures = {}
+        for step in range(length):
+            for seq in sequences:
+                v = seq % 97 + step
+                futures[seq, step] = stub.ModelInfer.future(
+                    request(seq, v, start=step == 0, end=step == length - 1))
+        for seq in sequences:
+            got = [value(futures[seq, step].result(timeout=60)) for step in range(length)]
+            want = list(np.cumsum([seq % 97 + step for step in range(length)]))
+            assert got == want, (seq, got, want)
     finally:
         channel.close()
