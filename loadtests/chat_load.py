@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--queue-delay-us", type=int, default=None,
                     help="the oldest strategy's max_queue_delay_microseconds (bundled: 2000)")
     ap.add_argument("--reclaim", action="store_true", help="wait for the idle reclaim after the last point")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a config parameter of the copy (e.g. intra_op_thread_count=1); repeatable")
     args = ap.parse_args()
 
     counts = [int(c) for c in args.conversations.split(",")]
@@ -123,6 +125,13 @@ def main():
                           text)
         text = re.sub(r"max_sequence_idle_microseconds: \d+",
                       f"max_sequence_idle_microseconds: {int(args.idle_s * 1e6)}", text)
+        for kv in args.param:
+            key, value = kv.split("=", 1)
+            line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+            text, found = re.subn(rf'parameters \{{ key: "{re.escape(key)}" value: \{{ string_value: "[^"]*" \}} \}}',
+                                  line, text)
+            if not found:
+                text += line + "\n"
         open(cfg, "w").write(text)
 
     workload, point_only = [], []
