@@ -100,6 +100,7 @@ def test_chatload_chat_conversations_on_tiny_chat(start_server, repo_copy, proto
     assert f["workload"] == "chat" and f["answered"] == f["turns"] == 24, f
     assert f["errors"] == f["crosstalk"] == f["history_mismatches"] == f["reference_mismatches"] == 0, f
     assert f["references_checked"] == 6, f  # turns 0, 4, ..., 20
+    assert (f["start_turn_us"]["count"], f["later_turn_us"]["count"]) == (8, 16), f
     assert f["live_sequences"] == 9 and f["evictions"] == 0, f  # 8 and the baseline's
     # tiny_chat's KV cache: 4 layers x (K, V) x 4 heads x 32 floats per token, and its token id.
     per_token = 4 * 2 * 4 * 32 * 4 + 8

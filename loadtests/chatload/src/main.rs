@@ -152,6 +152,8 @@ struct TurnTimes {
     due: u32,
     sent: u32,
     lag: u32,
+    /// The turn STARTed its conversation (for chat: nothing cached, the shortest prompt).
+    start: bool,
 }
 
 impl Tally {
@@ -202,6 +204,7 @@ async fn one_turn(
                 due: us(done.answered - scheduled),
                 sent: us(done.answered - done.sent),
                 lag: us(done.sent.saturating_duration_since(scheduled)),
+                start: done.start,
             });
         }
     }
@@ -367,6 +370,7 @@ async fn main() -> Result<()> {
 
     let times = std::mem::take(&mut *tally.latencies.lock().unwrap());
     let pick = |f: fn(&TurnTimes) -> u32| Latencies::of(times.iter().map(f).collect());
+    let due_if = |start: bool| Latencies::of(times.iter().filter(|t| t.start == start).map(|t| t.due).collect());
     let figures = Figures {
         protocol: format!("{:?}", args.protocol).to_lowercase(),
         workload: format!("{:?}", args.workload).to_lowercase(),
@@ -392,6 +396,8 @@ async fn main() -> Result<()> {
         reference_mismatches: references.mismatches,
         first_error: tally.first_error.lock().unwrap().clone(),
         latency_us: pick(|t| t.due),
+        start_turn_us: due_if(true),
+        later_turn_us: due_if(false),
         from_send_us: pick(|t| t.sent),
         send_lag_us: pick(|t| t.lag),
         unloaded_us: unloaded,

@@ -95,6 +95,9 @@ pub struct Figures {
     pub first_error: Option<String>,
     /// From the time each turn was due (open loop: the generator's lateness counts).
     pub latency_us: Latencies,
+    /// The same, of the turns that STARTed their conversation and of the others.
+    pub start_turn_us: Latencies,
+    pub later_turn_us: Latencies,
     /// From the time each turn was sent.
     pub from_send_us: Latencies,
     /// How late each turn was sent.
@@ -138,6 +141,7 @@ impl Figures {
             "chatload {} {} {}: {} conversations on {} connection(s){}, {:.0} turns/s target, {:.1} s\n\
              turns {} answered {} achieved {:.1}/s late {} errors {} (timeouts {}) cross-talk {}\n\
              turn latency us (from due): p50 {} p99 {} p99.9 {} max {}\n\
+             turns with START: {} p50 {} p99 {}; later turns: {} p50 {} p99 {}\n\
              turn latency us (from sent): p50 {} p99 {}; send lag us: p50 {} p99 {}\n\
              unloaded turn us (one conversation, sequential): p50 {} p99 {}\n\
              server per turn us (statistics): in server {:.1}, queue {:.1}, compute of its execution {:.1}\n\
@@ -165,6 +169,12 @@ impl Figures {
             l.p99,
             l.p999,
             l.max,
+            self.start_turn_us.count,
+            self.start_turn_us.p50,
+            self.start_turn_us.p99,
+            self.later_turn_us.count,
+            self.later_turn_us.p50,
+            self.later_turn_us.p99,
             self.from_send_us.p50,
             self.from_send_us.p99,
             self.send_lag_us.p50,
@@ -225,7 +235,8 @@ impl Figures {
             "timeouts": self.timeouts, "crosstalk": self.crosstalk,
             "history_mismatches": self.history_mismatches, "references_checked": self.references_checked,
             "reference_mismatches": self.reference_mismatches, "first_error": self.first_error,
-            "latency_us": self.latency_us.json(), "from_send_us": self.from_send_us.json(),
+            "latency_us": self.latency_us.json(),
+            "start_turn_us": self.start_turn_us.json(), "later_turn_us": self.later_turn_us.json(), "from_send_us": self.from_send_us.json(),
             "send_lag_us": self.send_lag_us.json(), "unloaded_us": self.unloaded_us.json(),
             "server_us": self.server_us, "queue_us": self.queue_us,
             "compute_per_turn_us": self.compute_per_turn_us,

@@ -91,8 +91,10 @@ pub enum Outcome {
     Answered(Option<String>),
 }
 
-/// A turn's send and answer times, how it ended, and the turn kept for the reference check.
+/// A turn's send and answer times, whether it STARTed its conversation, how it ended, and the
+/// turn kept for the reference check.
 pub struct Done {
+    pub start: bool,
     pub sent: Instant,
     pub answered: Instant,
     pub outcome: Outcome,
@@ -134,7 +136,7 @@ impl Conv {
                 if !matches!(outcome, Outcome::Answered(_)) {
                     c.failed();
                 }
-                Done { sent, answered, outcome, sample: None }
+                Done { start, sent, answered, outcome, sample: None }
             }
             (Conv::Chat(c), Some(setup)) => {
                 let turn = c.next_turn(&setup.template);
@@ -160,7 +162,7 @@ impl Conv {
                 if !matches!(outcome, Outcome::Answered(_)) {
                     c.failed();
                 }
-                Done { sent, answered, outcome, sample }
+                Done { start: flags.0, sent, answered, outcome, sample }
             }
             (Conv::Chat(_), None) => unreachable!("a chat conversation without the chat setup"),
         }
