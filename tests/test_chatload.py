@@ -3,7 +3,9 @@ accumulator for a few seconds over gRPC streams and over HTTP, against the debug
 reply is checked by the load generator against the conversation's own running sum. Asserts 0
 errors, 0 cross-talk, every conversation live during the load, and all of them released by the
 idle timeout afterwards, a released conversation's next turn refused; and chatecho, the floor
-under the turn latency, answering the same turns in place."""
+under the turn latency, answering the same turns in place. The chat workload on tiny_chat: every
+turn's prompt and cached token counts checked against the conversation's own history, sampled
+turns against a stateless request, and a client that counts tokens differently caught."""
 
 import json
 import subprocess
@@ -73,3 +75,53 @@ def test_chatecho_answers_every_turn_in_place(protocol, tmp_path):
     finally:
         echo.terminate()
         echo.wait(timeout=10)
+
+
+def chat_args(srv, protocol, tokenizer, out):
+    return [str(CHATLOAD), "--workload", "chat", "--model", "tiny_chat", "--protocol", protocol,
+            "--http", srv.http_url, "--grpc", srv.grpc_url, "--metrics", f"127.0.0.1:{srv.metrics_port}",
+            "--pid", str(srv.proc.pid), "--tokenizer", str(tokenizer), "--max-tokens", "6",
+            "--conversations", "8", "--rate", "8", "--duration", "3", "--baseline-turns", "4",
+            "--reference-every", "4", "--json", str(out)]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_chatload_chat_conversations_on_tiny_chat(start_server, repo_copy, protocol, tmp_path):
+    """8 conversations of 3 turns each: every turn after the first reuses exactly its own
+    history's cache, and the sampled turns answer the same as a stateless request."""
+    repo = repo_copy(["tiny_chat"])
+    srv = start_server(repo)
+    out = tmp_path / "figures.json"
+    tokenizer = repo / "tiny_chat" / "1" / "tokenizer.json"
+    run = subprocess.run(chat_args(srv, protocol, tokenizer, out), cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    f = json.loads(out.read_text())
+    assert f["workload"] == "chat" and f["answered"] == f["turns"] == 24, f
+    assert f["errors"] == f["crosstalk"] == f["history_mismatches"] == f["reference_mismatches"] == 0, f
+    assert f["references_checked"] == 6, f  # turns 0, 4, ..., 20
+    assert (f["start_turn_us"]["count"], f["later_turn_us"]["count"]) == (8, 16), f
+    assert f["live_sequences"] == 9 and f["evictions"] == 0, f  # 8 and the baseline's
+    # tiny_chat's KV cache: 4 layers x (K, V) x 4 heads x 32 floats per token, and its token id.
+    per_token = 4 * 2 * 4 * 32 * 4 + 8
+    assert f["state_bytes"] % per_token == 0 and f["state_bytes_per_conversation"] > 20 * per_token, f
+    assert 0 < f["compute_per_turn_us"] <= f["server_us"], f
+
+
+def test_chatload_chat_catches_a_miscounted_prompt(start_server, repo_copy, tmp_path):
+    """A client whose tokenizer lacks the special tokens counts every prompt differently from the
+    server: every turn is reported as a mismatch and chatload fails."""
+    repo = repo_copy(["tiny_chat"])
+    srv = start_server(repo)
+    tokenizer = json.loads((repo / "tiny_chat" / "1" / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] = []
+    wrong = tmp_path / "tokenizer.json"
+    wrong.write_text(json.dumps(tokenizer))
+    out = tmp_path / "figures.json"
+    args = chat_args(srv, "grpc", wrong, out)
+    args[args.index("--baseline-turns") + 1] = "0"
+    run = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stdout + run.stderr
+    f = json.loads(out.read_text())
+    assert f["history_mismatches"] == f["answered"] == 24 and f["crosstalk"] >= 24, f
+    assert "prompt_tokens" in f["first_error"], f

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::chat::ChatReply;
 use crate::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::infer_parameter::ParameterChoice;
 use crate::proto::model_infer_request::InferInputTensor;
@@ -91,6 +92,76 @@ impl GrpcTurns {
 
     /// One turn: `value` into the conversation's sequence; the reply's OUTPUT.
     pub async fn turn(&self, conversation: u64, sequence_id: u64, value: i32, start: bool) -> Result<i64, String> {
+        let inputs = vec![InferInputTensor {
+            name: "INPUT".into(),
+            datatype: "INT32".into(),
+            shape: vec![1, 1],
+            contents: Some(InferTensorContents { int_contents: vec![value], ..Default::default() }),
+            ..Default::default()
+        }];
+        let response = self.call(conversation, sequence_id, start, false, inputs).await?;
+        output_value(&response)
+    }
+
+    /// One chat turn on a decoupled text-generation model (`stream` left false: one response,
+    /// the whole reply and its counts); greedy decoding.
+    pub async fn chat(
+        &self,
+        conversation: u64,
+        sequence_id: u64,
+        prompt: &str,
+        start: bool,
+        end: bool,
+        max_tokens: i32,
+    ) -> Result<ChatReply, String> {
+        let tensor = |name: &str, datatype: &str, contents: InferTensorContents| InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape: vec![1],
+            contents: Some(contents),
+            ..Default::default()
+        };
+        let inputs = vec![
+            tensor(
+                "text_input",
+                "BYTES",
+                InferTensorContents { bytes_contents: vec![prompt.to_string().into()], ..Default::default() },
+            ),
+            tensor("max_tokens", "INT32", InferTensorContents { int_contents: vec![max_tokens], ..Default::default() }),
+            tensor("temperature", "FP32", InferTensorContents { fp32_contents: vec![0.0], ..Default::default() }),
+        ];
+        let response = self.call(conversation, sequence_id, start, end, inputs).await?;
+        let text = |name: &str| -> Result<String, String> {
+            let raw = output_bytes(&response, name)?;
+            // A BYTES element: its 4-byte little-endian length, then its bytes.
+            let len = raw.get(..4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize);
+            len.and_then(|n| raw.get(4..4 + n))
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .ok_or_else(|| format!("{name} is not one BYTES element"))
+        };
+        let int = |name: &str| -> Result<i64, String> {
+            let raw = output_bytes(&response, name)?;
+            let b: [u8; 4] = raw.get(..4).and_then(|s| s.try_into().ok()).ok_or(format!("{name} is not one INT32"))?;
+            Ok(i32::from_le_bytes(b) as i64)
+        };
+        Ok(ChatReply {
+            text: text("text_output")?,
+            finish_reason: text("finish_reason")?,
+            prompt_tokens: int("prompt_tokens")?,
+            completion_tokens: int("completion_tokens")?,
+            cached_tokens: int("cached_tokens")?,
+        })
+    }
+
+    /// Sends one request on the conversation's stream; its first response.
+    async fn call(
+        &self,
+        conversation: u64,
+        sequence_id: u64,
+        start: bool,
+        end: bool,
+        inputs: Vec<InferInputTensor>,
+    ) -> Result<ModelInferResponse, String> {
         let stream = &self.streams[(conversation as usize) % self.streams.len()];
         let id = self.next_id.fetch_add(1, Ordering::Relaxed).to_string();
         let mut parameters = HashMap::new();
@@ -98,23 +169,19 @@ impl GrpcTurns {
             "sequence_id".to_string(),
             InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(sequence_id as i64)) },
         );
-        if start {
-            parameters.insert(
-                "sequence_start".to_string(),
-                InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
-            );
+        for (flag, on) in [("sequence_start", start), ("sequence_end", end)] {
+            if on {
+                parameters.insert(
+                    flag.to_string(),
+                    InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) },
+                );
+            }
         }
         let request = ModelInferRequest {
             model_name: self.model.clone(),
             id: id.clone(),
             parameters,
-            inputs: vec![InferInputTensor {
-                name: "INPUT".into(),
-                datatype: "INT32".into(),
-                shape: vec![1, 1],
-                contents: Some(InferTensorContents { int_contents: vec![value], ..Default::default() }),
-                ..Default::default()
-            }],
+            inputs,
             ..Default::default()
         };
         let (tx, rx) = oneshot::channel();
@@ -123,9 +190,24 @@ impl GrpcTurns {
             stream.pending.lock().unwrap().remove(&id);
             return Err("the gRPC stream is closed".into());
         }
-        let response = rx.await.map_err(|_| "the gRPC stream ended before the answer".to_string())?;
-        output_value(&response)
+        rx.await.map_err(|_| "the gRPC stream ended before the answer".to_string())
     }
+}
+
+/// An output's bytes: its raw_output_contents (the server's choice), else its typed contents
+/// re-encoded as raw (BYTES and INT32 only: what the chat turns read).
+fn output_bytes(r: &ModelInferResponse, name: &str) -> Result<Vec<u8>, String> {
+    let at = r.outputs.iter().position(|o| o.name == name).ok_or(format!("no {name} in the response"))?;
+    if let Some(raw) = r.raw_output_contents.get(at) {
+        return Ok(raw.to_vec());
+    }
+    let c = r.outputs[at].contents.as_ref().ok_or(format!("{name} has no contents"))?;
+    if let Some(b) = c.bytes_contents.first() {
+        let mut v = (b.len() as u32).to_le_bytes().to_vec();
+        v.extend_from_slice(b);
+        return Ok(v);
+    }
+    c.int_contents.first().map(|i| i.to_le_bytes().to_vec()).ok_or(format!("{name} has no contents"))
 }
 
 /// OUTPUT's one INT32, from raw_output_contents or typed contents.

@@ -1,5 +1,6 @@
 //! Turns over HTTP/1.1 (KServe v2 JSON): a few keep-alive connections, each carrying the turns of
-//! many conversations one after another (HTTP/1.1 has one request in flight per connection).
+//! many conversations one after another (HTTP/1.1 has one request in flight per connection):
+//! KServe v2 infer for the accumulator, Triton's generate extension for chat turns.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -9,16 +10,19 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-type Job = (Bytes, oneshot::Sender<Result<Bytes, String>>);
+use crate::chat::ChatReply;
+
+/// A request: its path, its JSON body, where its answer goes.
+type Job = (String, Bytes, oneshot::Sender<Result<Bytes, String>>);
 
 pub struct HttpTurns {
+    model: String,
     connections: Vec<mpsc::UnboundedSender<Job>>,
 }
 
 impl HttpTurns {
     /// `address` is host:port.
     pub async fn connect(address: &str, model: &str, connections: usize) -> Result<Self> {
-        let path = format!("/v2/models/{model}/infer");
         let mut senders = Vec::new();
         for _ in 0..connections.max(1) {
             let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
@@ -26,9 +30,9 @@ impl HttpTurns {
             tcp.set_nodelay(true)?;
             let (mut send, conn) = http1::handshake::<_, Full<Bytes>>(TokioIo::new(tcp)).await?;
             tokio::spawn(conn);
-            let (path, host) = (path.clone(), address.to_string());
+            let host = address.to_string();
             tokio::spawn(async move {
-                while let Some((body, reply)) = rx.recv().await {
+                while let Some((path, body, reply)) = rx.recv().await {
                     let request = hyper::Request::post(&path)
                         .header("host", &host)
                         .header("content-type", "application/json")
@@ -52,7 +56,7 @@ impl HttpTurns {
             });
             senders.push(tx);
         }
-        Ok(HttpTurns { connections: senders })
+        Ok(HttpTurns { model: model.to_string(), connections: senders })
     }
 
     pub async fn turn(&self, conversation: u64, sequence_id: u64, value: i32, start: bool) -> Result<i64, String> {
@@ -61,17 +65,54 @@ impl HttpTurns {
             "inputs": [{"name": "INPUT", "datatype": "INT32", "shape": [1, 1], "data": [value]}],
             "outputs": [{"name": "OUTPUT"}],
         });
-        let (tx, rx) = oneshot::channel();
-        let connection = &self.connections[(conversation as usize) % self.connections.len()];
-        connection
-            .send((Bytes::from(body.to_string()), tx))
-            .map_err(|_| "the HTTP connection is closed".to_string())?;
-        let bytes = rx.await.map_err(|_| "the HTTP connection ended".to_string())??;
-        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("reply is not JSON: {e}"))?;
+        let v = self.post(conversation, format!("/v2/models/{}/infer", self.model), body).await?;
         v["outputs"]
             .as_array()
             .and_then(|o| o.iter().find(|o| o["name"] == "OUTPUT"))
             .and_then(|o| o["data"][0].as_i64())
             .ok_or_else(|| format!("no OUTPUT value in {v}"))
+    }
+
+    /// One chat turn through Triton's generate extension (`/v2/models/<m>/generate`: the
+    /// model's inputs and the sequence parameters as fields); greedy decoding.
+    pub async fn chat(
+        &self,
+        conversation: u64,
+        sequence_id: u64,
+        prompt: &str,
+        start: bool,
+        end: bool,
+        max_tokens: i32,
+    ) -> Result<ChatReply, String> {
+        let body = serde_json::json!({
+            "text_input": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+            "parameters": {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end},
+        });
+        let v = self.post(conversation, format!("/v2/models/{}/generate", self.model), body).await?;
+        let text = |name: &str| v[name].as_str().map(str::to_string).ok_or_else(|| format!("no {name} in {v}"));
+        let int = |name: &str| v[name].as_i64().ok_or_else(|| format!("no {name} in {v}"));
+        Ok(ChatReply {
+            text: text("text_output")?,
+            finish_reason: text("finish_reason")?,
+            prompt_tokens: int("prompt_tokens")?,
+            completion_tokens: int("completion_tokens")?,
+            cached_tokens: int("cached_tokens")?,
+        })
+    }
+
+    /// POSTs `body` to `path` on the conversation's connection; the answer as JSON.
+    async fn post(
+        &self,
+        conversation: u64,
+        path: String,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        let (tx, rx) = oneshot::channel();
+        let connection = &self.connections[(conversation as usize) % self.connections.len()];
+        connection
+            .send((path, Bytes::from(body.to_string()), tx))
+            .map_err(|_| "the HTTP connection is closed".to_string())?;
+        let bytes = rx.await.map_err(|_| "the HTTP connection ended".to_string())??;
+        serde_json::from_slice(&bytes).map_err(|e| format!("reply is not JSON: {e}"))
     }
 }

@@ -1,21 +1,31 @@
-//! chatload: N live conversations on a sequence model (the bundled accumulator), open loop.
+//! chatload: N live conversations on a sequence model, open loop: the bundled accumulator
+//! (`--workload sum`) or a chat model (`--workload chat`: `tiny_chat`, whose KV cache is the
+//! sequence's implicit state; each turn sends the conversation's history in the model's chat
+//! template plus a new user message, greedy decoding).
 //!
 //! Turn k of the run (k = 0, 1, ...) is due at k / rate seconds and belongs to conversation
 //! k mod N, so every conversation sends a turn every N / rate seconds (its think time) and the
 //! total rate is fixed whatever the server does. A turn's latency runs from the time it was due,
 //! so a server that falls behind shows it (no coordinated omission). Every reply is checked
-//! against the conversation's own running sum (cross-talk). Many conversations share a few
+//! against the conversation's own history (cross-talk): the running sum, or for chat the
+//! prompt and cached token counts (chat.rs), and a sample of chat turns against a stateless
+//! request after the load. Many conversations share a few
 //! connections: gRPC bidirectional streams (`ModelStreamInfer`) or HTTP/1.1 keep-alive.
 //!
 //! After the load it reads the server's RSS (/proc/<pid>) and `/metrics` (live sequences, state
 //! bytes), then, with `--reclaim-wait`, waits for the idle timeout to release every conversation
 //! and checks that a released conversation's next turn is refused.
 
+// serde_json's `json!` of the figures (report.rs) nests deeper than the default limit.
+#![recursion_limit = "256"]
+
+mod chat;
 mod conv;
 mod grpc;
 mod http;
 mod report;
 mod server;
+mod workload;
 
 /// Triton's `inference` package, generated from the server's proto/ (client only).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -29,13 +39,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::{Parser, ValueEnum};
-use conv::{Conversation, Verdict};
 use report::{Figures, Latencies};
+use workload::{ChatSetup, Conv, Outcome, Turns};
 
 #[derive(Copy, Clone, Debug, ValueEnum, PartialEq)]
 enum Protocol {
     Grpc,
     Http,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq)]
+enum Workload {
+    /// A running-sum sequence model (INPUT, OUTPUT INT32): `accumulate_oldest`.
+    Sum,
+    /// A decoupled text-generation sequence model (`text_input`, `max_tokens`, `temperature`;
+    /// `text_output`, `finish_reason` and the token counts): `tiny_chat`. gRPC turns go over
+    /// `ModelStreamInfer`, HTTP turns through `/v2/models/<m>/generate`.
+    Chat,
 }
 
 #[derive(Parser, Debug)]
@@ -52,9 +72,25 @@ struct Args {
     metrics: String,
     #[arg(long, value_enum, default_value = "grpc")]
     protocol: Protocol,
-    /// A sequence model whose OUTPUT is the running sum of INPUT since START.
+    #[arg(long, value_enum, default_value = "sum")]
+    workload: Workload,
+    /// The sequence model: with `--workload sum` one whose OUTPUT is the running sum of INPUT
+    /// since START; with `--workload chat` a text-generation model like tiny_chat.
     #[arg(long, default_value = "accumulate_oldest")]
     model: String,
+    /// Chat: the model's tokenizer.json, to count each prompt's tokens as the server must.
+    #[arg(long)]
+    tokenizer: Option<String>,
+    /// Chat: max_tokens of every turn (greedy decoding).
+    #[arg(long, default_value_t = 8)]
+    max_tokens: i32,
+    /// Chat: turns before a conversation starts over with START (keeps the context bounded).
+    #[arg(long, default_value_t = 20)]
+    max_turns: u64,
+    /// Chat: every n-th turn is sent again after the load as a stateless request (START and
+    /// END at once) whose reply must be the same (0: none).
+    #[arg(long, default_value_t = 50)]
+    reference_every: u64,
     /// Live conversations.
     #[arg(long, default_value_t = 1000)]
     conversations: u64,
@@ -95,37 +131,6 @@ struct Args {
     json: Option<String>,
 }
 
-enum Turns {
-    Grpc(grpc::GrpcTurns),
-    Http(http::HttpTurns),
-}
-
-impl Turns {
-    async fn turn(&self, conversation: u64, sequence_id: u64, value: i32, start: bool) -> Result<i64, String> {
-        match self {
-            Turns::Grpc(g) => g.turn(conversation, sequence_id, value, start).await,
-            Turns::Http(h) => h.turn(conversation, sequence_id, value, start).await,
-        }
-    }
-
-    fn stream_errors(&self) -> u64 {
-        match self {
-            Turns::Grpc(g) => g.stream_errors.load(Ordering::Relaxed),
-            Turns::Http(_) => 0,
-        }
-    }
-
-    /// The first error message a gRPC stream answered (they carry no request id), if any.
-    fn stream_error(&self) -> String {
-        match self {
-            Turns::Grpc(g) => {
-                g.first_stream_error.lock().unwrap().as_ref().map(|e| format!(": {e}")).unwrap_or_default()
-            }
-            Turns::Http(_) => String::new(),
-        }
-    }
-}
-
 #[derive(Default)]
 struct Tally {
     done: AtomicU64,
@@ -135,6 +140,8 @@ struct Tally {
     late: AtomicU64,
     first_error: Mutex<Option<String>>,
     latencies: Mutex<Vec<TurnTimes>>,
+    /// Chat turns kept for the stateless reference check.
+    samples: Mutex<Vec<chat::Sample>>,
 }
 
 /// An answered turn's times (µs): from when it was due and from when it was sent to its
@@ -145,6 +152,8 @@ struct TurnTimes {
     due: u32,
     sent: u32,
     lag: u32,
+    /// The turn STARTed its conversation (for chat: nothing cached, the shortest prompt).
+    start: bool,
 }
 
 impl Tally {
@@ -154,13 +163,16 @@ impl Tally {
     }
 }
 
-/// One turn of conversation `index`, due at `scheduled`: waits for the conversation's previous
-/// turn, sends, checks the reply and records its times.
+/// One turn of conversation `index` (the run's turn `k`), due at `scheduled`: waits for the
+/// conversation's previous turn, sends, checks the reply and records its times.
+#[allow(clippy::too_many_arguments)]
 async fn one_turn(
     turns: Arc<Turns>,
-    conversations: Arc<Vec<tokio::sync::Mutex<Conversation>>>,
+    chat: Option<Arc<ChatSetup>>,
+    conversations: Arc<Vec<tokio::sync::Mutex<Conv>>>,
     tally: Arc<Tally>,
     index: u64,
+    k: u64,
     scheduled: Instant,
     timeout: Duration,
 ) {
@@ -173,29 +185,26 @@ async fn one_turn(
             conversation.lock().await
         }
     };
-    let (value, start) = c.next_turn();
-    let sent = Instant::now();
-    let result = tokio::time::timeout(timeout, turns.turn(index, c.sequence_id, value, start)).await;
-    let answered = Instant::now();
+    let done = c.turn(&turns, chat.as_deref(), index, k, timeout).await;
     let us = |d: Duration| d.as_micros().min(u32::MAX as u128) as u32;
-    match result {
-        Err(_) => {
+    match done.outcome {
+        Outcome::Timeout => {
             tally.timeouts.fetch_add(1, Ordering::Relaxed);
-            c.failed();
         }
-        Ok(Err(e)) => {
-            tally.error(format!("conversation {index}: {e}"));
-            c.failed();
-        }
-        Ok(Ok(reply)) => {
-            if let Verdict::Mismatch { expected, got } = c.answer(value, start, reply) {
+        Outcome::Error(e) => tally.error(format!("conversation {index}: {e}")),
+        Outcome::Answered(mismatch) => {
+            if let Some(m) = mismatch {
                 tally.crosstalk.fetch_add(1, Ordering::Relaxed);
-                tally.error(format!("conversation {index}: expected {expected}, got {got}"));
+                tally.error(format!("conversation {index}: {m}"));
+            }
+            if let Some(sample) = done.sample {
+                tally.samples.lock().unwrap().push(sample);
             }
             tally.latencies.lock().unwrap().push(TurnTimes {
-                due: us(answered - scheduled),
-                sent: us(answered - sent),
-                lag: us(sent.saturating_duration_since(scheduled)),
+                due: us(done.answered - scheduled),
+                sent: us(done.answered - done.sent),
+                lag: us(done.sent.saturating_duration_since(scheduled)),
+                start: done.start,
             });
         }
     }
@@ -203,22 +212,42 @@ async fn one_turn(
 }
 
 /// One conversation, sequentially, `n` turns: the turn time without load (µs).
-async fn baseline(turns: &Turns, sequence_id: u64, n: u64, timeout: Duration) -> Result<Latencies> {
-    let mut c = Conversation::new(0, sequence_id);
+async fn baseline(
+    turns: &Turns,
+    chat: Option<&ChatSetup>,
+    sequence_id: u64,
+    n: u64,
+    timeout: Duration,
+) -> Result<Latencies> {
+    let mut c = Conv::new(chat, 0, sequence_id);
     let mut lat = Vec::new();
     for _ in 0..n {
-        let (v, start) = c.next_turn();
-        let t = Instant::now();
-        let reply = tokio::time::timeout(timeout, turns.turn(0, sequence_id, v, start))
-            .await
-            .map_err(|_| anyhow::anyhow!("baseline: no answer in {timeout:?}{}", turns.stream_error()))?
-            .map_err(anyhow::Error::msg)?;
-        lat.push(t.elapsed().as_micros() as u32);
-        if let Verdict::Mismatch { expected, got } = c.answer(v, start, reply) {
-            bail!("baseline: expected {expected}, got {got}");
+        let done = c.turn(turns, chat, 0, 1, timeout).await;
+        match done.outcome {
+            Outcome::Timeout => bail!("baseline: no answer in {timeout:?}{}", turns.stream_error()),
+            Outcome::Error(e) => bail!("baseline: {e}"),
+            Outcome::Answered(Some(m)) => bail!("baseline: {m}"),
+            Outcome::Answered(None) => lat.push((done.answered - done.sent).as_micros() as u32),
         }
     }
     Ok(Latencies::of(lat))
+}
+
+/// The chat workload's setup: the model's template from its config, the tokenizer file.
+async fn chat_setup(args: &Args) -> Result<Option<Arc<ChatSetup>>> {
+    if args.workload != Workload::Chat {
+        return Ok(None);
+    }
+    let Some(path) = &args.tokenizer else { bail!("--workload chat needs --tokenizer (the model's tokenizer.json)") };
+    let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(|e| anyhow::anyhow!("--tokenizer {path}: {e}"))?;
+    let template = server::chat_template(&args.http, &args.model).await?;
+    Ok(Some(Arc::new(ChatSetup {
+        template,
+        tokenizer,
+        max_tokens: args.max_tokens,
+        max_turns: args.max_turns,
+        reference_every: args.reference_every,
+    })))
 }
 
 #[tokio::main]
@@ -227,6 +256,7 @@ async fn main() -> Result<()> {
     if args.conversations == 0 || args.rate <= 0.0 {
         bail!("--conversations and --rate must be positive");
     }
+    let chat = chat_setup(&args).await?;
     let turns = Arc::new(match args.protocol {
         Protocol::Grpc => Turns::Grpc(
             grpc::GrpcTurns::connect(&format!("http://{}", args.grpc), &args.model, args.connections, args.streams)
@@ -237,15 +267,17 @@ async fn main() -> Result<()> {
     let n = args.conversations;
     let base = args.sequence_id_base;
     // The baseline conversation's id is past the load's ones.
-    let unloaded = baseline(&turns, base + n, args.baseline_turns, Duration::from_millis(args.timeout_ms)).await?;
+    let unloaded =
+        baseline(&turns, chat.as_deref(), base + n, args.baseline_turns, Duration::from_millis(args.timeout_ms))
+            .await?;
     let rss_before = args.pid.map(server::rss_bytes).transpose()?;
     let bare = args.bare_server;
     let compute_before = if bare { Default::default() } else { server::compute(&args.http, &args.model).await? };
     let cpu_before = (args.pid.map(server::cpu_seconds).transpose()?, server::cpu_seconds(std::process::id())?);
     let releases_before = if bare { 0.0 } else { server::sequences(&args.metrics, &args.model).await?.idle_releases };
 
-    let conversations: Arc<Vec<tokio::sync::Mutex<Conversation>>> =
-        Arc::new((0..n).map(|i| tokio::sync::Mutex::new(Conversation::new(i, base + i))).collect());
+    let conversations: Arc<Vec<tokio::sync::Mutex<Conv>>> =
+        Arc::new((0..n).map(|i| tokio::sync::Mutex::new(Conv::new(chat.as_deref(), i, base + i))).collect());
     let tally = Arc::new(Tally::default());
     let total = (args.rate * args.duration).round() as u64;
     let timeout = Duration::from_millis(args.timeout_ms);
@@ -259,7 +291,7 @@ async fn main() -> Result<()> {
     let due = move |k: u64| start + Duration::from_secs_f64(k as f64 / rate);
     let runtime = tokio::runtime::Handle::current();
     let pacer = {
-        let (turns, conversations, tally) = (turns.clone(), conversations.clone(), tally.clone());
+        let (turns, conversations, tally, chat) = (turns.clone(), conversations.clone(), tally.clone(), chat.clone());
         std::thread::Builder::new().name("chatload-pacer".into()).spawn(move || {
             let mut k = 0;
             while k < total {
@@ -269,8 +301,9 @@ async fn main() -> Result<()> {
                 }
                 let now_due = ((start.elapsed().as_secs_f64() * rate) as u64 + 1).min(total);
                 while k < now_due {
-                    let (turns, conversations, tally) = (turns.clone(), conversations.clone(), tally.clone());
-                    runtime.spawn(one_turn(turns, conversations, tally, k % n, due(k), timeout));
+                    let (turns, conversations, tally, chat) =
+                        (turns.clone(), conversations.clone(), tally.clone(), chat.clone());
+                    runtime.spawn(one_turn(turns, chat, conversations, tally, k % n, k, due(k), timeout));
                     k += 1;
                 }
             }
@@ -299,6 +332,19 @@ async fn main() -> Result<()> {
         }
     }
 
+    // The chat workload's sampled turns again, stateless, after the load and its statistics.
+    let references = match &chat {
+        Some(setup) => {
+            let samples = std::mem::take(&mut *tally.samples.lock().unwrap());
+            let r = workload::check_references(&turns, setup, samples, (1 << 40) + base, 8, timeout).await;
+            if let Some(p) = &r.first_problem {
+                tally.first_error.lock().unwrap().get_or_insert(p.clone());
+            }
+            r
+        }
+        None => Default::default(),
+    };
+
     let reclaim = if args.reclaim_wait > 0.0 {
         Some(
             report::reclaim(&args.metrics, &args.model, last_turn, args.reclaim_wait, args.pid, releases_before)
@@ -311,10 +357,9 @@ async fn main() -> Result<()> {
     // a silently reset state.
     let released_turn_refused = match &reclaim {
         Some(r) if r.active_after == 0.0 => {
-            let c = conversations[0].lock().await;
-            let (value, _) = c.next_turn();
+            let mut c = conversations[0].lock().await;
             let errors_before = turns.stream_errors();
-            match tokio::time::timeout(Duration::from_secs(5), turns.turn(0, c.sequence_id, value, false)).await {
+            match tokio::time::timeout(Duration::from_secs(5), c.turn_without_start(&turns, chat.as_deref())).await {
                 Ok(answer) => Some(answer.is_err()),
                 // A gRPC stream's error answer carries no request id: it shows as a stream error.
                 Err(_) => Some(turns.stream_errors() > errors_before),
@@ -325,8 +370,11 @@ async fn main() -> Result<()> {
 
     let times = std::mem::take(&mut *tally.latencies.lock().unwrap());
     let pick = |f: fn(&TurnTimes) -> u32| Latencies::of(times.iter().map(f).collect());
+    let due_if = |start: bool| Latencies::of(times.iter().filter(|t| t.start == start).map(|t| t.due).collect());
     let figures = Figures {
         protocol: format!("{:?}", args.protocol).to_lowercase(),
+        workload: format!("{:?}", args.workload).to_lowercase(),
+        max_tokens: if chat.is_some() { args.max_tokens } else { 0 },
         model: args.model.clone(),
         conversations: n,
         connections: args.connections,
@@ -337,11 +385,19 @@ async fn main() -> Result<()> {
         answered: times.len() as u64,
         achieved_rate: times.len() as f64 / elapsed,
         late_turns: tally.late.load(Ordering::Relaxed),
-        errors: tally.errors.load(Ordering::Relaxed) + tally.timeouts.load(Ordering::Relaxed) + stream_errors,
+        errors: tally.errors.load(Ordering::Relaxed)
+            + tally.timeouts.load(Ordering::Relaxed)
+            + stream_errors
+            + references.errors,
         timeouts: tally.timeouts.load(Ordering::Relaxed),
-        crosstalk: tally.crosstalk.load(Ordering::Relaxed),
+        crosstalk: tally.crosstalk.load(Ordering::Relaxed) + references.mismatches,
+        history_mismatches: tally.crosstalk.load(Ordering::Relaxed),
+        references_checked: references.checked,
+        reference_mismatches: references.mismatches,
         first_error: tally.first_error.lock().unwrap().clone(),
         latency_us: pick(|t| t.due),
+        start_turn_us: due_if(true),
+        later_turn_us: due_if(false),
         from_send_us: pick(|t| t.sent),
         send_lag_us: pick(|t| t.lag),
         unloaded_us: unloaded,

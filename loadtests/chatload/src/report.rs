@@ -69,6 +69,9 @@ pub async fn reclaim(
 
 pub struct Figures {
     pub protocol: String,
+    /// "sum" or "chat"; max_tokens of a chat turn (0 for sum).
+    pub workload: String,
+    pub max_tokens: i32,
     pub model: String,
     pub conversations: u64,
     pub connections: usize,
@@ -81,10 +84,20 @@ pub struct Figures {
     pub late_turns: u64,
     pub errors: u64,
     pub timeouts: u64,
+    /// Every mismatch: the turns' own checks and the reference check's.
     pub crosstalk: u64,
+    /// Turns whose reply did not match the conversation's own history (running sum, or the chat
+    /// turn's prompt and cached token counts).
+    pub history_mismatches: u64,
+    /// Chat: sampled turns sent again as stateless requests, and those answered differently.
+    pub references_checked: u64,
+    pub reference_mismatches: u64,
     pub first_error: Option<String>,
     /// From the time each turn was due (open loop: the generator's lateness counts).
     pub latency_us: Latencies,
+    /// The same, of the turns that STARTed their conversation and of the others.
+    pub start_turn_us: Latencies,
+    pub later_turn_us: Latencies,
     /// From the time each turn was sent.
     pub from_send_us: Latencies,
     /// How late each turn was sent.
@@ -125,9 +138,10 @@ impl Figures {
         let l = &self.latency_us;
         let u = &self.unloaded_us;
         let mut s = format!(
-            "chatload {} {}: {} conversations on {} connection(s){}, {:.0} turns/s target, {:.1} s\n\
+            "chatload {} {} {}: {} conversations on {} connection(s){}, {:.0} turns/s target, {:.1} s\n\
              turns {} answered {} achieved {:.1}/s late {} errors {} (timeouts {}) cross-talk {}\n\
              turn latency us (from due): p50 {} p99 {} p99.9 {} max {}\n\
+             turns with START: {} p50 {} p99 {}; later turns: {} p50 {} p99 {}\n\
              turn latency us (from sent): p50 {} p99 {}; send lag us: p50 {} p99 {}\n\
              unloaded turn us (one conversation, sequential): p50 {} p99 {}\n\
              server per turn us (statistics): in server {:.1}, queue {:.1}, compute of its execution {:.1}\n\
@@ -137,6 +151,7 @@ impl Figures {
              live sequences {} backlog {} state bytes {} ({:.1} per live conversation) evictions {}\n\
              server RSS {:.1} MiB before, {:.1} MiB loaded ({:.0} bytes per conversation)\n",
             self.protocol,
+            self.workload,
             self.model,
             self.conversations,
             self.connections,
@@ -154,6 +169,12 @@ impl Figures {
             l.p99,
             l.p999,
             l.max,
+            self.start_turn_us.count,
+            self.start_turn_us.p50,
+            self.start_turn_us.p99,
+            self.later_turn_us.count,
+            self.later_turn_us.p50,
+            self.later_turn_us.p99,
             self.from_send_us.p50,
             self.from_send_us.p99,
             self.send_lag_us.p50,
@@ -179,6 +200,13 @@ impl Figures {
             self.rss_loaded as f64 / 1048576.0,
             per(self.rss_loaded as f64 - self.rss_before as f64, self.conversations as f64),
         );
+        if self.workload == "chat" {
+            s += &format!(
+                "chat: max_tokens {}, greedy; turns whose counts did not match their own history {}; \
+                 sampled turns checked against a stateless request {}, different {}\n",
+                self.max_tokens, self.history_mismatches, self.references_checked, self.reference_mismatches,
+            );
+        }
         if let Some(r) = &self.reclaim {
             s += &format!(
                 "idle reclaim: {} live, {} state bytes {:.1} s after the last turn; {} idle releases; RSS {:.1} MiB; \
@@ -199,12 +227,16 @@ impl Figures {
 
     pub fn json(&self) -> Value {
         json!({
-            "protocol": self.protocol, "model": self.model, "conversations": self.conversations,
+            "protocol": self.protocol, "workload": self.workload, "max_tokens": self.max_tokens,
+            "model": self.model, "conversations": self.conversations,
             "connections": self.connections, "streams": self.streams, "target_rate": self.target_rate,
             "duration_s": self.duration_s, "turns": self.turns, "answered": self.answered,
             "achieved_rate": self.achieved_rate, "late_turns": self.late_turns, "errors": self.errors,
-            "timeouts": self.timeouts, "crosstalk": self.crosstalk, "first_error": self.first_error,
-            "latency_us": self.latency_us.json(), "from_send_us": self.from_send_us.json(),
+            "timeouts": self.timeouts, "crosstalk": self.crosstalk,
+            "history_mismatches": self.history_mismatches, "references_checked": self.references_checked,
+            "reference_mismatches": self.reference_mismatches, "first_error": self.first_error,
+            "latency_us": self.latency_us.json(),
+            "start_turn_us": self.start_turn_us.json(), "later_turn_us": self.later_turn_us.json(), "from_send_us": self.from_send_us.json(),
             "send_lag_us": self.send_lag_us.json(), "unloaded_us": self.unloaded_us.json(),
             "server_us": self.server_us, "queue_us": self.queue_us,
             "compute_per_turn_us": self.compute_per_turn_us,

@@ -1,5 +1,6 @@
 //! What the load generator reads of the server: its RSS from /proc, the sequence gauges from
-//! /metrics, and the model's own compute time from /v2/models/<m>/stats.
+//! /metrics, the model's own compute time from /v2/models/<m>/stats, and a chat model's
+//! template from its config.
 
 use anyhow::{anyhow, Context, Result};
 use http_body_util::{BodyExt, Empty};
@@ -20,6 +21,19 @@ pub async fn get(address: &str, path: &str) -> Result<String> {
         return Err(anyhow!("GET {path}: HTTP {status}"));
     }
     Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A chat model's template, from the config parameters `chat_template_message` and
+/// `chat_template_generation` (GET /v2/models/<m>/config).
+pub async fn chat_template(http_address: &str, model: &str) -> Result<crate::chat::Template> {
+    let text = get(http_address, &format!("/v2/models/{model}/config")).await?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let param = |key: &str| v["parameters"][key]["string_value"].as_str().map(str::to_string);
+    Ok(crate::chat::Template {
+        message: param("chat_template_message")
+            .ok_or_else(|| anyhow!("model '{model}' has no parameter chat_template_message: not a chat model"))?,
+        generation: param("chat_template_generation").unwrap_or_default(),
+    })
 }
 
 /// A sample of a metric with a `model="<model>"` label, from Prometheus text.
