@@ -171,7 +171,8 @@ impl BackendFactory for OnnxFactory {
         let session = open(&self.file, &self.options, providers)?;
         let inputs =
             session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
-        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs }))
+        let outputs = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs, outputs }))
     }
 }
 
@@ -179,6 +180,8 @@ struct OnnxBackend {
     model: String,
     session: Session,
     inputs: Vec<OnnxIo>,
+    /// The model file's output names, in its order.
+    outputs: Vec<String>,
 }
 
 impl OnnxBackend {
@@ -212,7 +215,7 @@ impl Backend for OnnxBackend {
             self.check_input(tensor)?;
             values.push((tensor.name.as_str(), values::to_ort(tensor)?.0));
         }
-        let model = self.model.clone();
+        let model = self.model.as_str();
         let run_error = |e: ort::Error| Error::internal(format!("model '{model}': onnxruntime failed: {e}"));
         if let Some(deadline) = watchdog::stop_at(&batch) {
             // Watched until its first request timeout or client deadline: ONNX Runtime stops the run when the
@@ -226,14 +229,16 @@ impl Backend for OnnxBackend {
             let outputs = self.session.run_with_options(values, &options);
             drop(alarm);
             return match outputs {
-                Ok(outputs) => collect_outputs(&model, outputs, batch.outputs),
-                Err(_) if Instant::now() >= deadline => Err(watchdog::stopped(&model, "ONNX Runtime")),
+                Ok(outputs) => collect_outputs(model, outputs, batch.outputs),
+                Err(_) if Instant::now() >= deadline => Err(watchdog::stopped(model, "ONNX Runtime")),
                 Err(e) => Err(run_error(e)),
             };
         }
-        if batch.outputs.is_empty() {
+        // Every output asked for (perf_analyzer and most clients name them all): a plain run,
+        // without a `RunOptions` and an `OutputSelector` of cloned names per request.
+        if self.outputs.iter().all(|o| batch.outputs.is_empty() || batch.outputs.contains(o)) {
             let outputs = self.session.run(values).map_err(run_error)?;
-            return collect_outputs(&model, outputs, &[]);
+            return collect_outputs(model, outputs, batch.outputs);
         }
         let mut selector = ort::session::OutputSelector::no_default();
         for name in batch.outputs {
@@ -241,7 +246,7 @@ impl Backend for OnnxBackend {
         }
         let options = RunOptions::new().map_err(run_error)?.with_outputs(selector);
         let outputs = self.session.run_with_options(values, &options).map_err(run_error)?;
-        collect_outputs(&model, outputs, batch.outputs)
+        collect_outputs(model, outputs, batch.outputs)
     }
 }
 
@@ -306,6 +311,19 @@ mod tests {
         assert_eq!(out[0].name, outputs[1].name);
         let got = le_vec::<f32>(&out[0].data);
         assert_eq!(got.len(), n);
+
+        // Every output named (the plain run, without an output selector), in either order, or
+        // none named: both outputs, in the model's order, with the model's values.
+        let all = vec![outputs[1].name.clone(), outputs[0].name.clone()];
+        for wanted in [all, Vec::new()] {
+            let out = backend.execute(BatchInput::bare(&tensors, &wanted, 1)).unwrap();
+            let names: Vec<&str> = out.iter().map(|t| t.name.as_str()).collect();
+            assert_eq!(names, vec![outputs[0].name.as_str(), outputs[1].name.as_str()], "asked {wanted:?}");
+            let sum = le_vec::<f32>(&out[0].data);
+            let difference = le_vec::<f32>(&out[1].data);
+            assert_eq!(sum, a.iter().zip(&b).map(|(x, y)| x + y).collect::<Vec<_>>());
+            assert_eq!(difference, a.iter().zip(&b).map(|(x, y)| x - y).collect::<Vec<_>>());
+        }
 
         // A wrong datatype is the request's error, not a crash.
         let bad = vec![Tensor::new(inputs[0].name.clone(), DataType::I32, shape.clone(), le_bytes(&vec![0i32; n]))];
