@@ -11,7 +11,7 @@ mod convert;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tritium_actors::{
     Backend, BackendFactory, BackendReport, BatchInput, Error, InstanceKind, InstanceSpec, ModelStats, Result, Tensor,
@@ -256,8 +256,8 @@ impl TritonInstance {
                     None => self.executor.insert(Executor::start(self.instance.clone(), &self.name)?),
                 };
                 executor
-                    .execute(&self.model, move |i| i.execute(requests), Some(deadline), Duration::MAX, &|| {})
-                    .and_then(|outcome| outcome.map_err(convert::error))
+                    .execute(&self.model, move |i| i.execute(requests), deadline)
+                    .and_then(|o| o.map_err(convert::error))
             }
         };
         let pending = match pending {
