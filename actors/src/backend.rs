@@ -1,6 +1,9 @@
 //! The seam between the engine and a model library. A backend runs one instance's copy of a
 //! model; it knows nothing of queues, batching or sequences.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
 use crate::error::Result;
 use crate::request::{InferRequest, InferResponse};
 use crate::tensor::Tensor;
@@ -60,10 +63,11 @@ pub struct BatchInput<'a> {
     /// Every request of the batch, in order, for backends that take requests one by one (as
     /// Triton's backend API does); empty where the caller does not give them.
     pub requests: &'a [&'a InferRequest],
-    /// Beside `requests`: whether each request's client has gone (cancelled or disconnected),
-    /// for backends that let a running request notice (`request.is_cancelled()`); empty where
-    /// the caller does not say.
-    pub cancelled: &'a [&'a dyn Fn() -> bool],
+    /// Beside `requests`, for a backend that [`Backend::sees_cancellation`]: a flag per request
+    /// that turns true (from the thread where the client goes, also while the backend runs)
+    /// once its client has gone, cancelled or disconnected (`request.is_cancelled()`); empty
+    /// where the caller does not say.
+    pub cancelled: &'a [Arc<AtomicBool>],
 }
 
 impl<'a> BatchInput<'a> {
@@ -82,7 +86,7 @@ impl std::fmt::Debug for BatchInput<'_> {
             .field("batch_size", &self.batch_size)
             .field("request", &self.request)
             .field("requests", &self.requests)
-            .field("cancelled", &self.cancelled.iter().map(|c| c()).collect::<Vec<_>>())
+            .field("cancelled", &self.cancelled)
             .finish()
     }
 }
@@ -139,6 +143,12 @@ pub trait Backend: Send {
     ) -> Result<Vec<Option<crate::error::Error>>> {
         self.execute_decoupled_final(batch, &mut |outputs, is_final| emit(0, outputs, is_final))?;
         Ok(vec![None])
+    }
+
+    /// Whether it reads `BatchInput::cancelled` (the engine then watches each request's client
+    /// while the batch runs).
+    fn sees_cancellation(&self) -> bool {
+        false
     }
 
     /// Asked after every batch: an error says the instance cannot serve any more (a backend

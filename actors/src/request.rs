@@ -1,7 +1,10 @@
 //! Protocol-neutral requests and responses, and the channel a response goes back on.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
@@ -132,6 +135,11 @@ pub enum Reply {
     Stream(mpsc::UnboundedSender<Result<InferResponse>>),
     /// One answer, released in the model's acceptance order (`preserve_ordering`).
     Ordered(OrderedReply),
+    /// Each answer handed to a function on the thread that answers, the last with `is_final`
+    /// set, or an error: for a caller that takes its answers by callback (the in-process API a
+    /// backend calls; Triton too calls a backend's response callback on the thread that
+    /// completes the response). The function must be quick: an instance waits for it.
+    Call(Box<dyn Fn(Result<InferResponse>) + Send + Sync>),
 }
 
 impl std::fmt::Debug for Reply {
@@ -140,6 +148,7 @@ impl std::fmt::Debug for Reply {
             Reply::Once(_) => "Reply::Once",
             Reply::Stream(_) => "Reply::Stream",
             Reply::Ordered(_) => "Reply::Ordered",
+            Reply::Call(_) => "Reply::Call",
         })
     }
 }
@@ -161,6 +170,34 @@ impl Reply {
             Reply::Once(tx) => tx.is_closed(),
             Reply::Stream(tx) => tx.is_closed(),
             Reply::Ordered(o) => o.inner.is_closed(),
+            // The caller takes every answer until the last.
+            Reply::Call(_) => false,
+        }
+    }
+
+    /// Arranges for `waker` to be woken from the thread where the client goes (its receiver
+    /// dropped: a cancelled or disconnected call), at once if it has gone already. A stream's
+    /// watch lasts while the returned value lives; a oneshot's until the answer is sent.
+    pub fn watch_closed(&mut self, waker: &Waker) -> CloseWatch {
+        let mut cx = Context::from_waker(waker);
+        match self {
+            Reply::Once(tx) => {
+                if tx.poll_closed(&mut cx).is_ready() {
+                    waker.wake_by_ref();
+                }
+                CloseWatch(None)
+            }
+            Reply::Stream(tx) => {
+                let tx = tx.clone();
+                let mut closed: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move { tx.closed().await });
+                if closed.as_mut().poll(&mut cx).is_ready() {
+                    waker.wake_by_ref();
+                    return CloseWatch(None);
+                }
+                CloseWatch(Some(closed))
+            }
+            Reply::Ordered(o) => o.inner.watch_closed(waker),
+            Reply::Call(_) => CloseWatch(None),
         }
     }
 
@@ -174,6 +211,7 @@ impl Reply {
                 let _ = tx.send(result);
             }
             Reply::Ordered(o) => o.ticket.complete(Answer(*o.inner, result)),
+            Reply::Call(f) => f(result),
         }
     }
 
@@ -185,9 +223,17 @@ impl Reply {
             )),
             Reply::Stream(tx) => tx.send(Ok(response)).map_err(|_| Error::cancelled("the client closed the stream")),
             Reply::Ordered(_) => Err(Error::unsupported("preserve_ordering does not apply to decoupled responses")),
+            Reply::Call(f) => {
+                f(Ok(response));
+                Ok(())
+            }
         }
     }
 }
+
+/// What keeps a [`Reply::watch_closed`] registered; dropping it ends the watch.
+#[must_use = "dropping the watch ends it"]
+pub struct CloseWatch(#[allow(dead_code)] Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
 
 /// The ordering gate of a model's replies (`preserve_ordering`).
 pub type ReplyGate = OrderGate<Answer>;
@@ -221,6 +267,59 @@ mod tests {
             is_final: true,
             times: None,
         })
+    }
+
+    /// A waker that counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(Default::default()));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn wakes(c: &Count) -> usize {
+        c.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_watched_reply_wakes_when_its_client_goes_and_not_when_answered() {
+        let (count, waker) = counter();
+        let (mut once, rx) = Reply::once();
+        let _watch = once.watch_closed(&waker);
+        assert_eq!(wakes(&count), 0);
+        drop(rx);
+        assert_eq!(wakes(&count), 1, "a oneshot's receiver dropped");
+
+        let (count, waker) = counter();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut stream = Reply::Ordered(OrderedReply {
+            ticket: Arc::new(ReplyGate::default()).ticket(),
+            inner: Box::new(Reply::Stream(tx)),
+        });
+        let watch = stream.watch_closed(&waker);
+        drop(rx);
+        assert_eq!(wakes(&count), 1, "a stream's receiver dropped, behind an ordering gate");
+        drop(watch);
+
+        let (count, waker) = counter();
+        let (mut once, mut rx) = Reply::once();
+        let _watch = once.watch_closed(&waker);
+        once.send(answer("a"));
+        assert!(rx.try_recv().is_ok());
+        drop(rx);
+        assert_eq!(wakes(&count), 0, "an answered request's client is not gone");
+
+        let (count, waker) = counter();
+        let (tx, rx) = mpsc::unbounded_channel::<Result<InferResponse>>();
+        drop(rx);
+        let _watch = Reply::Stream(tx).watch_closed(&waker);
+        assert_eq!(wakes(&count), 1, "gone before the watch began");
     }
 
     #[test]

@@ -166,7 +166,7 @@ impl Drop for Armed {
 type Job<S, T> = Box<dyn FnOnce(&mut S) -> T + Send>;
 
 /// A thread of an instance's own that runs jobs on the state `S` it owns (the instance's handle
-/// to its runtime) while the instance's thread waits for each with a deadline.
+/// to its runtime) while the instance's thread waits for each until a deadline.
 pub struct Executor<S, T> {
     jobs: Option<Sender<Job<S, T>>>,
     done: Receiver<T>,
@@ -193,38 +193,31 @@ impl<S: Send + 'static, T: Send + 'static> Executor<S, T> {
         Ok(Executor { jobs: Some(jobs), done, thread: Some(thread), hung: false })
     }
 
-    /// Runs `job` on the thread and waits for it, calling `watch` every `poll` while it runs.
-    /// Past `deadline` the call has hung: the executor is marked so and the batch fails with
-    /// [`hung`]'s error.
+    /// Runs `job` on the thread and waits for it until `deadline`. Past it the call has hung:
+    /// the executor is marked so and the batch fails with [`hung`]'s error.
     pub fn execute(
         &mut self,
         model: &str,
         job: impl FnOnce(&mut S) -> T + Send + 'static,
-        deadline: Option<Instant>,
-        poll: Duration,
-        watch: &dyn Fn(),
+        deadline: Instant,
     ) -> Result<T> {
         let gone = || Error::unavailable(format!("model '{model}': the execute thread has stopped"));
         if self.hung {
             return Err(gone());
         }
-        if deadline.is_some_and(|d| d <= Instant::now()) {
+        if deadline <= Instant::now() {
             // Not handed over: the thread would be given up on before it could start.
             return Err(Error::unavailable(format!(
                 "model '{model}': the request's timeout passed before its execution began"
             )));
         }
         self.jobs.as_ref().ok_or_else(gone)?.send(Box::new(job)).map_err(|_| gone())?;
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match self.done.recv_timeout(left.map_or(poll, |l| l.min(poll))) {
-                Ok(outcome) => return Ok(outcome),
-                Err(RecvTimeoutError::Disconnected) => return Err(gone()),
-                Err(RecvTimeoutError::Timeout) if left.is_some_and(|l| l <= poll) => {
-                    self.hung = true;
-                    return Err(hung(model));
-                }
-                Err(RecvTimeoutError::Timeout) => watch(),
+        match self.done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(outcome) => Ok(outcome),
+            Err(RecvTimeoutError::Disconnected) => Err(gone()),
+            Err(RecvTimeoutError::Timeout) => {
+                self.hung = true;
+                Err(hung(model))
             }
         }
     }
@@ -298,18 +291,14 @@ mod tests {
     #[test]
     fn an_executor_runs_jobs_on_its_state_and_gives_up_on_one_that_hangs() {
         let mut executor = Executor::start(0_u32, "test").unwrap();
-        let watch = || {};
-        let poll = Duration::from_millis(5);
         let add = |s: &mut u32| {
             *s += 1;
             *s
         };
-        assert_eq!(executor.execute("m", add, None, poll, &watch).unwrap(), 1);
-        assert_eq!(
-            executor.execute("m", add, Some(Instant::now() + Duration::from_secs(30)), poll, &watch).unwrap(),
-            2
-        );
-        let e = executor.execute("m", add, Some(Instant::now()), poll, &watch).unwrap_err();
+        let later = || Instant::now() + Duration::from_secs(30);
+        assert_eq!(executor.execute("m", add, later()).unwrap(), 1);
+        assert_eq!(executor.execute("m", add, later()).unwrap(), 2);
+        let e = executor.execute("m", add, Instant::now()).unwrap_err();
         assert!(e.message.contains("timeout passed before its execution began"), "{e}");
         assert!(!executor.hung, "a batch not handed over does not give the thread up");
         let (release, wait) = channel::<()>();
@@ -317,13 +306,12 @@ mod tests {
             let _ = wait.recv();
             *s
         };
-        let e =
-            executor.execute("m", stuck, Some(Instant::now() + Duration::from_millis(50)), poll, &watch).unwrap_err();
+        let e = executor.execute("m", stuck, Instant::now() + Duration::from_millis(50)).unwrap_err();
         assert_eq!(e, hung("m"));
         assert!(executor.hung);
-        let e = executor.execute("m", add, Some(Instant::now()), poll, &watch).unwrap_err();
+        let e = executor.execute("m", add, Instant::now()).unwrap_err();
         assert!(e.message.contains("the execute thread has stopped"), "{e}");
-        let e = executor.execute("m", add, None, poll, &watch).unwrap_err();
+        let e = executor.execute("m", add, later()).unwrap_err();
         assert!(e.message.contains("the execute thread has stopped"), "{e}");
         drop(executor);
         drop(release);

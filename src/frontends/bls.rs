@@ -2,15 +2,17 @@
 //! backend's BLS, `pb_utils.InferenceRequest(...).exec()`) reaches. It is a client of the
 //! `Server` facade like the HTTP and gRPC frontends: each request goes through the server's
 //! usual entry (version selection, schedulers, batching, sequences, ensembles, statistics),
-//! and its answers go back to the backend's callbacks from a small runtime of its own, so no
-//! backend callback runs on the engine's or another frontend's threads.
+//! and its answers go to the backend's callbacks on the thread that answers (the target
+//! model's instance, as Triton calls them on the thread that completes the response): no
+//! hand-off between the answer and the backend. The callbacks are quick (the Python backend's
+//! allocates in its shared memory and wakes its waiting thread). Loading and unloading run on
+//! a small runtime of this frontend's own.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use tokio::sync::mpsc;
 use tritium_actors::{
     CorrelationId, Error, ErrorKind, InferRequest, InferResponse, ParamValue, Reply, RequestedOutput, SequenceFlags,
-    Tensor,
+    Tensor, Trace,
 };
 use tritium_ffi::backend_api::{
     abi, set_inference_server, EventSink, HostError, HostParam, HostTensor, InProcessEvent, InProcessRequest,
@@ -28,7 +30,7 @@ struct Bls {
     server: Arc<Server>,
 }
 
-/// The threads that read the engine's answers and call the backends' callbacks.
+/// The threads that run the backends' load and unload calls.
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
@@ -50,32 +52,32 @@ impl InferenceServer for Bls {
         self.server.model(model, version).map(|m| m.handle.policy.decoupled).map_err(host_error)
     }
 
-    fn infer(&self, request: InProcessRequest, mut sink: EventSink) -> Result<(), HostError> {
+    fn infer(&self, request: InProcessRequest, sink: EventSink) -> Result<(), HostError> {
         let request = engine_request(request).map_err(host_error)?;
-        let trace = request.trace.clone();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let model = self.server.submit(request, Reply::Stream(tx)).map_err(host_error)?;
-        let decoupled = model.handle.policy.decoupled;
-        runtime().spawn(async move {
-            while let Some(answer) = rx.recv().await {
-                if let (Some(t), Ok(r)) = (&trace, &answer) {
-                    t.set_version(r.version);
-                }
-                let (event, last) = event(answer, decoupled);
-                if last {
-                    if let Some(t) = &trace {
-                        t.record(tritium_actors::trace::REQUEST_END);
-                    }
-                }
-                sink(event);
-                if last {
-                    return;
-                }
-            }
-            let message = "the server dropped the in-process request without a final response";
-            sink(InProcessEvent::Failed(HostError { code: abi::ERROR_INTERNAL, message: message.into() }));
+        // A model the server does not serve fails in `submit`, which says why.
+        let decoupled = self.server.model(&request.model, request.version).is_ok_and(|m| m.handle.policy.decoupled);
+        let answers = Arc::new(Answers {
+            state: Mutex::new(State { sink: Some(sink), accepted: false, dropped: false }),
+            decoupled,
+            trace: request.trace.clone(),
         });
-        Ok(())
+        let guard = Dropped(answers.clone());
+        let reply = Reply::Call(Box::new(move |answer| guard.0.answer(answer)));
+        match self.server.submit(request, reply) {
+            Ok(_) => {
+                let mut state = answers.lock();
+                state.accepted = true;
+                if state.dropped {
+                    state.lost();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Refused: the request stays the backend's, and its callbacks are not called.
+                answers.lock().sink = None;
+                Err(host_error(e))
+            }
+        }
     }
 
     fn load_model(&self, model: &str, config: Option<String>, files: Vec<(String, Vec<u8>)>) -> Result<(), HostError> {
@@ -103,6 +105,73 @@ impl InferenceServer for Bls {
             }
         }
         Ok(())
+    }
+}
+
+/// One in-process request's way to the backend's callbacks.
+struct Answers {
+    state: Mutex<State>,
+    decoupled: bool,
+    trace: Option<Arc<Trace>>,
+}
+
+struct State {
+    /// The backend's callbacks; `None` once the final event went out (or the server refused
+    /// the request).
+    sink: Option<EventSink>,
+    /// The server took the request (`submit` returned).
+    accepted: bool,
+    /// The engine dropped its reply.
+    dropped: bool,
+}
+
+impl State {
+    /// The engine ended the request without a final answer: it fails, so the backend waiting
+    /// for an answer always gets one.
+    fn lost(&mut self) {
+        if let Some(mut sink) = self.sink.take() {
+            let message = "the server dropped the in-process request without a final response";
+            sink(InProcessEvent::Failed(HostError { code: abi::ERROR_INTERNAL, message: message.into() }));
+        }
+    }
+}
+
+impl Answers {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands one of the engine's answers to the backend; nothing after the last.
+    fn answer(&self, answer: tritium_actors::Result<InferResponse>) {
+        if let (Some(t), Ok(r)) = (&self.trace, &answer) {
+            t.set_version(r.version);
+        }
+        let (event, last) = event(answer, self.decoupled);
+        if last {
+            if let Some(t) = &self.trace {
+                t.record(tritium_actors::trace::REQUEST_END);
+            }
+        }
+        let mut state = self.lock();
+        let Some(sink) = state.sink.as_mut() else { return };
+        sink(event);
+        if last {
+            state.sink = None;
+        }
+    }
+}
+
+/// Held by the engine's reply: dropped with it, it fails a request the server took and ended
+/// without a final answer (a request dropped before `submit` returns fails once it does).
+struct Dropped(Arc<Answers>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.dropped = true;
+        if state.accepted {
+            state.lost();
+        }
     }
 }
 

@@ -39,10 +39,6 @@ pub(crate) fn execute(
 ) -> std::result::Result<Vec<Pending>, String> {
     let policy = &env.policy;
     let stats = &env.stats;
-    let probes: Vec<Box<dyn Fn() -> bool + '_>> =
-        live.iter().map(|p| Box::new(move || p.reply.is_closed()) as Box<dyn Fn() -> bool + '_>).collect();
-    let gone: Vec<&dyn Fn() -> bool> = probes.iter().map(|b| &**b).collect();
-    let input = BatchInput { cancelled: &gone, ..input };
     let mut sent: Vec<Sent> = live.iter().map(|_| Sent::default()).collect();
     let mut emit = |i: usize, mut outputs: Vec<Tensor>, is_final: bool| -> Result<()> {
         let (Some(p), Some(s)) = (live.get(i), sent.get_mut(i)) else {
@@ -76,8 +72,6 @@ pub(crate) fn execute(
     let infer_end = Instant::now();
     stats.record_execution(live.len() as u64, input_end - compute_start, infer_end - input_end, Duration::ZERO);
     let again = if matches!(result, Ok(Ok(_))) { backend.take_rescheduled() } else { Vec::new() };
-    drop(gone);
-    drop(probes);
     let n = live.len();
     let (failures, panicked) = match result {
         Ok(Ok(failures)) if failures.len() == n => (failures, None),

@@ -5,6 +5,7 @@
 //! the supervisor starts a new one.
 
 mod decoupled;
+mod gone;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
@@ -223,6 +224,8 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             }
         }
     }
+    // Whether each client has gone, for backends that let a running request notice.
+    let gone = if backend.sees_cancellation() { gone::watch(&mut live) } else { gone::none() };
     let inputs: Vec<&[crate::tensor::Tensor]> = live.iter().map(|p| p.request.inputs.as_slice()).collect();
     let merged = match merge_inputs(&inputs) {
         Ok(m) => m,
@@ -246,21 +249,15 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         batch_size: total,
         request: single,
         requests: &requests,
-        cancelled: &[],
+        cancelled: &gone.flags,
     };
 
     if policy.decoupled {
         return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Done::Unreleased);
     }
 
-    // Whether each client has gone, for backends that let a running request notice.
-    let probes: Vec<Box<dyn Fn() -> bool + '_>> =
-        live.iter().map(|p| Box::new(move || p.reply.is_closed()) as Box<dyn Fn() -> bool + '_>).collect();
-    let gone: Vec<&dyn Fn() -> bool> = probes.iter().map(|b| &**b).collect();
-    let input = BatchInput { cancelled: &gone, ..input };
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes)));
     drop(gone);
-    drop(probes);
     let infer_end = Instant::now();
     let again = if result.is_ok() { backend.take_rescheduled() } else { Vec::new() };
     let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));

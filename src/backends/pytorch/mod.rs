@@ -21,7 +21,7 @@ mod signature;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub use signature::forward_arguments;
 use tch::{CModule, Device, IValue};
@@ -411,7 +411,7 @@ impl PytorchBackend {
             }
             lock(runner).run(&inputs, &wanted)
         };
-        executor.execute(&self.model, job, Some(deadline), Duration::MAX, &|| {})?
+        executor.execute(&self.model, job, deadline)?
     }
 }
 

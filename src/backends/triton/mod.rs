@@ -9,7 +9,6 @@
 mod convert;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -105,9 +104,6 @@ fn load_on_backend(
     Ok((backend, model))
 }
 
-/// How often a request waiting for the backend's responses checks whether its client has gone.
-const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
-
 /// Makes instances of one model version on a loaded backend library.
 pub struct TritonFactory {
     model: Arc<LoadedModel>,
@@ -182,10 +178,10 @@ impl BackendFactory for TritonFactory {
                 device_id: instance.device.unwrap_or(0),
             })
             .map_err(convert::error_in)?;
-        let executor = Executor::start(loaded.clone(), &instance.name)?;
         Ok(Box::new(TritonInstance {
             instance: loaded,
-            executor,
+            executor: None,
+            name: instance.name.clone(),
             model: self.name.clone(),
             decoupled: self.decoupled,
             outputs: self.outputs.clone(),
@@ -200,10 +196,13 @@ impl BackendFactory for TritonFactory {
 
 /// One instance of a model on a backend library.
 pub struct TritonInstance {
-    /// Calls the backend's execute on a thread of its own (and knows when a call hung). Declared
-    /// first so that it ends before `instance` drops: the instance's finalize then runs here.
-    executor: Executor<LoadedInstance, Outcome>,
+    /// Calls the backend's execute on a thread of its own for a batch with a timeout (and knows
+    /// when such a call hung); started by the first. Declared first so that it ends before
+    /// `instance` drops: the instance's finalize then runs on the instance's thread.
+    executor: Option<Executor<LoadedInstance, Outcome>>,
     instance: LoadedInstance,
+    /// The instance's name (its executor thread's).
+    name: String,
     model: String,
     decoupled: bool,
     outputs: Vec<String>,
@@ -224,6 +223,11 @@ impl TritonInstance {
     /// request's failure (a response carrying an error, a request released without a final
     /// response, or none before the request's timeout); a failure of `execute` itself fails
     /// them all. The requests the backend rescheduled are noted in `rescheduled`.
+    ///
+    /// The backend's execute runs here, on the instance's thread, as Triton runs it on its
+    /// instance's: a request's cancellation reaches the backend through the engine's flags,
+    /// set from the thread where the client goes. Only a batch with a timeout runs on the
+    /// executor's thread, watched until its first request's deadline.
     fn run(
         &mut self,
         batch: BatchInput<'_>,
@@ -235,19 +239,27 @@ impl TritonInstance {
         // never answers), `None` without a timeout.
         let deadlines = watchdog::deadlines(&batch);
         let mut requests = convert::requests(&batch, outputs);
-        for r in &mut requests {
+        for (i, r) in requests.iter_mut().enumerate() {
             r.model.clone_from(&self.model);
             r.state_outputs.clone_from(&self.states);
             r.reschedulable = self.iterative;
+            if let Some(gone) = batch.cancelled.get(i) {
+                r.cancel = gone.clone();
+            }
         }
         self.rescheduled.clear();
-        let flags: Vec<_> = requests.iter().map(|r| r.cancel.clone()).collect();
-        let watch = || mark_gone(batch.cancelled, &flags);
-        let deadline = deadlines.iter().flatten().min().copied();
-        let pending = self
-            .executor
-            .execute(&self.model, move |i| i.execute(requests), deadline, CANCEL_POLL, &watch)
-            .and_then(|outcome| outcome.map_err(convert::error));
+        let pending = match deadlines.iter().flatten().min().copied() {
+            None => self.instance.execute(requests).map_err(convert::error),
+            Some(deadline) => {
+                let executor = match &mut self.executor {
+                    Some(executor) => executor,
+                    None => self.executor.insert(Executor::start(self.instance.clone(), &self.name)?),
+                };
+                executor
+                    .execute(&self.model, move |i| i.execute(requests), deadline)
+                    .and_then(|o| o.map_err(convert::error))
+            }
+        };
         let pending = match pending {
             Ok(p) => p,
             Err(e) => {
@@ -255,11 +267,10 @@ impl TritonInstance {
                 return Err(e);
             }
         };
-        let watch = (!batch.cancelled.is_empty()).then_some(&watch as &dyn Fn());
         let mut failures = Vec::with_capacity(pending.len());
         let mut report = BackendReport::default();
         for (index, (p, deadline)) in pending.into_iter().zip(deadlines).enumerate() {
-            let (failure, rescheduled) = self.responses(index, &p, deadline, watch, emit);
+            let (failure, rescheduled) = self.responses(index, &p, deadline, emit);
             if rescheduled {
                 self.rescheduled.push(index);
             }
@@ -278,16 +289,14 @@ impl TritonInstance {
     /// Reads one request's responses until its final flag; its failure, if any, and whether
     /// the backend rescheduled it (released it with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`:
     /// its responses of this iteration are read until the backend holds nothing of it, and it
-    /// owes no final flag yet). While it waits, `watch` runs every `CANCEL_POLL`: it marks
-    /// cancelled the batch's requests whose client has gone, which the backend sees
-    /// (`TRITONBACKEND_RequestIsCancelled`, a model.py's `request.is_cancelled()`) and decides
-    /// how to end, as in Triton.
+    /// owes no final flag yet). A request whose client goes meanwhile is marked cancelled by the
+    /// engine, which the backend sees (`TRITONBACKEND_RequestIsCancelled`, a model.py's
+    /// `request.is_cancelled()`) and decides how to end, as in Triton.
     fn responses(
         &self,
         index: usize,
         p: &host::Pending,
         deadline: Option<Instant>,
-        watch: Option<&dyn Fn()>,
         emit: &mut dyn FnMut(usize, Vec<Tensor>, bool) -> Result<()>,
     ) -> (Option<Error>, bool) {
         let mut failure = None;
@@ -295,18 +304,10 @@ impl TritonInstance {
         let mut rescheduled = false;
         let mut refusal: Option<String> = None;
         loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let event = match (left, watch) {
-                (None, None) => p.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                (Some(left), None) => p.events.recv_timeout(left),
-                (left, Some(_)) => p.events.recv_timeout(left.map_or(CANCEL_POLL, |l| l.min(CANCEL_POLL))),
+            let event = match deadline {
+                None => p.events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(d) => p.events.recv_timeout(d.saturating_duration_since(Instant::now())),
             };
-            if let (Err(RecvTimeoutError::Timeout), Some(watch)) = (&event, watch) {
-                if left.is_none_or(|l| l > CANCEL_POLL) {
-                    watch();
-                    continue;
-                }
-            }
             let event = match event {
                 Ok(event) => event,
                 Err(RecvTimeoutError::Disconnected) if rescheduled => return (failure, true),
@@ -398,6 +399,11 @@ impl Backend for TritonInstance {
             .collect())
     }
 
+    /// A backend sees a request's cancellation while it runs (`TRITONBACKEND_RequestIsCancelled`).
+    fn sees_cancellation(&self) -> bool {
+        true
+    }
+
     fn backend_report(&mut self) -> Option<BackendReport> {
         self.report.take()
     }
@@ -443,7 +449,7 @@ impl Backend for TritonInstance {
     /// replaces the instance (a new stub) instead.
     fn health(&mut self) -> Result<()> {
         let Some(failure) = self.failure.take() else { return Ok(()) };
-        if self.executor.hung {
+        if self.executor.as_ref().is_some_and(|e| e.hung) {
             return Err(failure);
         }
         match self.instance.ready() {
@@ -457,15 +463,6 @@ impl Backend for TritonInstance {
 /// What one call of the backend's execute gives back.
 type Outcome = std::result::Result<Vec<host::Pending>, host::HostError>;
 
-/// Marks cancelled each request whose client has gone (`gone[i]` beside `flags[i]`).
-fn mark_gone(gone: &[&dyn Fn() -> bool], flags: &[Arc<AtomicBool>]) {
-    for (is_gone, flag) in gone.iter().zip(flags) {
-        if !flag.load(Ordering::Relaxed) && is_gone() {
-            flag.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The Python backend's error for a request that found the instance's stub process dead.
 fn is_dead_stub(e: &Error) -> bool {
     e.message.starts_with("Stub process '") && e.message.ends_with("' is not healthy.")
@@ -474,15 +471,6 @@ fn is_dead_stub(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_the_requests_whose_client_went_are_marked() {
-        let flags = [Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false))];
-        let (yes, no) = (|| true, || false);
-        mark_gone(&[&no, &yes], &flags);
-        assert!(!flags[0].load(Ordering::Relaxed));
-        assert!(flags[1].load(Ordering::Relaxed));
-    }
 
     #[test]
     fn backend_config_takes_the_settings_of_its_backend_only() {
