@@ -126,7 +126,6 @@ impl<Q: Queue> Scheduler<Q> {
             if let Some((idx, _)) = &found {
                 lane.take(*idx);
             }
-            drop(lane);
             let Some((idx, batch)) = found else {
                 // Wake for the batcher's delay or the next queue timeout, whichever comes first.
                 let wait = match (wait, self.queue.next_deadline()) {
@@ -147,8 +146,12 @@ impl<Q: Queue> Scheduler<Q> {
                         self.clock.at(at, Box::new(move || addr.do_send(Wake(at))));
                     }
                 }
+                // Published under the lock the decision was taken under: a request the lane
+                // queues after it sees the timer that will come round for it (or asks for a turn).
+                lane.arm(self.wake);
                 break;
             };
+            drop(lane);
             let items: usize = batch.iter().map(|p| p.batch_size).sum();
             let waited = batch.iter().map(|p| p.enqueued).min().map(|oldest| now.saturating_duration_since(oldest));
             self.figures.scheduler.batch(items, waited);
@@ -175,10 +178,7 @@ impl<Q: Queue> Scheduler<Q> {
         self.figures.scheduler.queued(self.queue.len());
         // The receiver first: the queue's length is read under the lane's lock, as instances
         // pull under it.
-        let mut lane = self.lane.turn();
-        lane.publish(self.queue.len(), 0);
-        lane.arm(self.wake);
-        drop(lane);
+        self.lane.turn().publish(self.queue.len(), 0);
         self.finish_drain_if_done(ctx);
     }
 
