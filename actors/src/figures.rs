@@ -95,11 +95,12 @@ impl SchedulerState {
         self.dispatched[instance].fetch_add(1, Relaxed);
     }
 
-    /// A request went straight to instance `instance` from the thread that submitted it: its
-    /// own batch, having waited nothing, handled without the scheduler's mailbox.
-    pub(crate) fn direct(&self, items: usize, instance: usize) {
+    /// A request went straight to instance `instance` from the thread that submitted it, in a
+    /// batch of `items` whose oldest request waited `waited` (nothing, but for a sequence
+    /// model's batch), handled without the scheduler's mailbox.
+    pub(crate) fn direct(&self, items: usize, waited: Duration, instance: usize) {
         self.handled();
-        self.batch(items, Some(Duration::ZERO));
+        self.batch(items, Some(waited));
         self.dispatched(instance);
         self.direct.fetch_add(1, Relaxed);
     }

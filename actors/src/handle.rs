@@ -214,11 +214,22 @@ impl ModelHandle {
         self.figures.submitted();
         // Nothing queued and an instance free: straight to it, on this thread (the lane).
         let pending = match self.scheduler.lane.route(pending) {
-            Route::Direct { instance } => {
-                self.figures.scheduler.direct(batch_size, instance);
+            Route::Direct { instance, items, waited } => {
+                self.figures.scheduler.direct(items, waited, instance);
                 return Ok(());
             }
             Route::Scheduler(pending) => pending,
+            // In the sequence batcher: an instance or the sequence actor takes it on.
+            Route::Queued => {
+                self.figures.scheduler.handled();
+                return Ok(());
+            }
+            Route::Refused(refused) => {
+                self.figures.scheduler.handled();
+                let (pending, e) = *refused;
+                pending.fail(&self.stats, e);
+                return Ok(());
+            }
         };
         if self.scheduler.enqueue.try_send(Enqueue(pending)).is_err() {
             self.scheduler.lane.unsent();

@@ -159,3 +159,10 @@ pub(crate) struct Stop(pub oneshot::Sender<()>);
 #[derive(Message)]
 #[rtype(result = "Vec<Conversation>")]
 pub(crate) struct Conversations;
+
+/// From a sequence model's lane (`lane::sequence`): requests wait in the sequence batcher that
+/// the scheduler did not see arrive (a batching delay to time, a free instance with work): it
+/// takes a turn.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Pump;

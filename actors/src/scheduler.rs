@@ -17,9 +17,9 @@ use crate::figures::ModelFigures;
 use crate::lane::Lane;
 use crate::mailbox::Sender;
 use crate::policy::ModelPolicy;
-use crate::protocol::{Conversations, Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next};
+use crate::protocol::{Conversations, Drain, Enqueue, InstanceDown, InstanceIdle, InstanceMsg, InstanceUp, Next, Pump};
 use crate::queue::Queue;
-use crate::sequence::SequenceBatcher;
+use crate::sequence::{SequenceBatcher, SharedSequence};
 use crate::stats::ModelStats;
 
 /// The batcher actor: the scheduler actor driving the dynamic batcher, for a model without
@@ -27,8 +27,9 @@ use crate::stats::ModelStats;
 pub type BatcherActor = Scheduler<SharedBatcher>;
 
 /// The sequence actor: the scheduler actor driving the sequence batcher, for a model with
-/// `sequence_batching`. It pins each correlation ID to a slot and owns the sequences' state.
-pub type SequenceActor = Scheduler<SequenceBatcher>;
+/// `sequence_batching`. It pins each correlation ID to a slot and owns the sequences' state
+/// (its batcher shared with the model's lane, where requests and instances meet it directly).
+pub type SequenceActor = Scheduler<SharedSequence>;
 
 /// How often queued requests are checked for a client that went away. The check visits every
 /// queued request, so it runs at most this often (and a timer brings it round while requests
@@ -125,7 +126,6 @@ impl<Q: Queue> Scheduler<Q> {
             if let Some((idx, _)) = &found {
                 lane.take(*idx);
             }
-            drop(lane);
             let Some((idx, batch)) = found else {
                 // Wake for the batcher's delay or the next queue timeout, whichever comes first.
                 let wait = match (wait, self.queue.next_deadline()) {
@@ -146,8 +146,12 @@ impl<Q: Queue> Scheduler<Q> {
                         self.clock.at(at, Box::new(move || addr.do_send(Wake(at))));
                     }
                 }
+                // Published under the lock the decision was taken under: a request the lane
+                // queues after it sees the timer that will come round for it (or asks for a turn).
+                lane.arm(self.wake);
                 break;
             };
+            drop(lane);
             let items: usize = batch.iter().map(|p| p.batch_size).sum();
             let waited = batch.iter().map(|p| p.enqueued).min().map(|oldest| now.saturating_duration_since(oldest));
             self.figures.scheduler.batch(items, waited);
@@ -250,6 +254,14 @@ impl<Q: Queue> Handler<Enqueue> for Scheduler<Q> {
     }
 }
 
+/// The lane queued work the scheduler must time or hand out (a sequence model's).
+impl<Q: Queue> Handler<Pump> for Scheduler<Q> {
+    type Result = ();
+    fn handle(&mut self, _: Pump, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
 /// A batcher deadline passed.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -341,7 +353,7 @@ impl<Q: Queue> Handler<Drain> for Scheduler<Q> {
 impl Handler<Conversations> for SequenceActor {
     type Result = MessageResult<Conversations>;
     fn handle(&mut self, _: Conversations, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.queue.conversations(self.clock.now()))
+        MessageResult(self.queue.0.lock().conversations(self.clock.now()))
     }
 }
 
@@ -385,8 +397,6 @@ impl SchedulerAddr {
     ) -> Self {
         match policy.sequence() {
             Some(seq) => {
-                let lane = Arc::new(Lane::new(&policy, None, clock.clone()));
-                let shared = lane.clone();
                 let mut queue = SequenceBatcher::new(&policy, seq, figures.clone(), clock.clone());
                 // An iterative sequence's step streams its responses within its execution, so
                 // its requests may share one (Triton's inflight batching); other decoupled
@@ -394,14 +404,19 @@ impl SchedulerAddr {
                 if decoupled_batches && seq.iterative {
                     queue.batch_decoupled(&policy);
                 }
+                // Submitters and instances meet it directly (`lane::sequence`).
+                let queue = SharedSequence(Arc::new(parking_lot::Mutex::new(queue)));
+                let lane = Arc::new(Lane::new(&policy, None, Some(queue.0.clone()), clock.clone()));
+                let shared = lane.clone();
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);
                 let addr = SequenceActor::start_in_arbiter(engine, new);
+                shared.set_pump(addr.clone().recipient());
                 Self { conversations: Some(addr.clone().recipient()), ..Self::of(addr, shared) }
             }
             None => {
                 // The instances take their next batch from it themselves (`Lane::pull`).
                 let batcher = Arc::new(parking_lot::Mutex::new(Batcher::new(&policy)));
-                let lane = Arc::new(Lane::new(&policy, Some(batcher.clone()), clock.clone()));
+                let lane = Arc::new(Lane::new(&policy, Some(batcher.clone()), None, clock.clone()));
                 let shared = lane.clone();
                 let queue = SharedBatcher(batcher);
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);

@@ -424,7 +424,12 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
 fn free(env: &InstanceActor, rescheduled: Vec<Pending>) -> bool {
     let (index, generation) = (env.spec.index, env.generation);
     if rescheduled.is_empty() {
-        match env.lane.finish(index, generation) {
+        let (finish, failed) = env.lane.finish(index, generation);
+        // Requests of the batch's sequences that can no longer run (no START after an END).
+        for (p, e) in failed {
+            p.fail(&env.stats, e);
+        }
+        match finish {
             Finish::Freed => return false,
             Finish::Pull => return true,
             Finish::Scheduler => {}

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use queue::SharedSequence;
 use slots::Slots;
 pub use state::{SequenceTicket, StateStore};
 pub use table::{Conversation, ConversationStatus, SortKey, TablePage, TableQuery};
@@ -173,6 +174,8 @@ impl SequenceBatcher {
 
     fn publish(&self) {
         self.figures.sequence.publish(self.active, self.waiting, self.slots.used());
+        // Requests reach it from the lane too, between the actor's turns.
+        self.figures.scheduler.queued(self.queued);
     }
 
     fn free_slot(&self) -> Option<(usize, usize)> {
@@ -405,6 +408,13 @@ impl SequenceBatcher {
                 self.activate(&id, slot);
             }
         }
+    }
+
+    /// Whether a sequence has a request ready to run on `instance` (its slot's instance with
+    /// `direct`, any with `oldest`), whether or not a batching delay holds it yet.
+    pub fn ready_for(&self, instance: usize) -> bool {
+        let lane = if self.direct() { instance } else { 0 };
+        self.ready.get(lane).is_some_and(|r| !r.is_empty())
     }
 
     /// The next batch for the free instance `instance`.

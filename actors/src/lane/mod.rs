@@ -10,9 +10,9 @@
 //! So priorities, `max_queue_size`, queue timeouts, the batcher's delay and preferred sizes
 //! decide as before; the lane only skips the scheduler when the batcher would have sent the
 //! request alone at once (Triton's dynamic batcher does the same with an idle model: a lone
-//! request waits for no delay when nothing runs). Sequence models keep the sequence actor for
-//! every request (it pins correlation IDs to slots and owns their state); so do decoupled
-//! models.
+//! request waits for no delay when nothing runs). Sequence models have a lane of their own
+//! (`sequence`): their requests go into the sequence batcher, shared under a lock, and to a free
+//! instance from there. Decoupled models keep the scheduler for every request.
 //!
 //! An instance that finishes while requests wait takes its next batch itself (`pull`), once
 //! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
@@ -24,16 +24,22 @@
 //! finds a free instance while earlier requests wait in the scheduler, and an instance never
 //! frees itself unseen while requests wait for one.
 
-use std::sync::mpsc::TrySendError;
-use std::sync::Arc;
+mod sequence;
 
+use std::sync::mpsc::TrySendError;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use actix::Recipient;
 use parking_lot::Mutex;
 
 use crate::batcher::Batcher;
 use crate::clock::SharedClock;
+use crate::error::Error;
 use crate::mailbox::Sender;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
-use crate::protocol::{InstanceMsg, Next, Pending};
+use crate::protocol::{InstanceMsg, Next, Pending, Pump, Refused};
+use crate::sequence::SequenceBatcher;
 
 /// One model version's free instances and what the scheduler holds.
 pub(crate) struct Lane {
@@ -45,6 +51,11 @@ pub(crate) struct Lane {
     delays: bool,
     /// The batcher the instances pull from (direct models).
     batcher: Option<Arc<Mutex<Batcher>>>,
+    /// A sequence model's batcher, shared with its sequence actor (not for decoupled or
+    /// iterative sequence models: they keep the actor for every request).
+    sequence: Option<Arc<Mutex<SequenceBatcher>>>,
+    /// The scheduler actor's turn, for work the lane queued that it must time or hand out.
+    pump: OnceLock<Recipient<Pump>>,
     clock: SharedClock,
     state: Mutex<State>,
 }
@@ -60,6 +71,8 @@ struct State {
     queued: usize,
     /// False once the model drains: every request goes through the scheduler.
     open: bool,
+    /// The scheduler's timer, as of its last turn: it takes a turn then (or soon after).
+    armed: Option<Instant>,
 }
 
 impl State {
@@ -100,19 +113,38 @@ pub(crate) enum Pulled {
 /// this path than the enum's size.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Route {
-    Direct { instance: usize },
+    /// Sent to `instance` in a batch of `items` (more than the request's own for a sequence
+    /// model's batch) whose oldest request waited `waited`.
+    Direct {
+        instance: usize,
+        items: usize,
+        waited: Duration,
+    },
     Scheduler(Pending),
+    /// In the sequence batcher: an instance, or the scheduler, takes it on from there.
+    Queued,
+    /// The sequence batcher refused it (to be failed by the submitter).
+    Refused(Refused),
 }
 
 impl Lane {
-    /// `batcher`: the batcher the scheduler drives, shared (a direct model's).
-    pub fn new(policy: &ModelPolicy, batcher: Option<Arc<Mutex<Batcher>>>, clock: SharedClock) -> Self {
+    /// `batcher`: the batcher the scheduler drives, shared (a direct model's); `sequence`: the
+    /// sequence batcher the sequence actor drives, shared (a sequence model's).
+    pub fn new(
+        policy: &ModelPolicy,
+        batcher: Option<Arc<Mutex<Batcher>>>,
+        sequence: Option<Arc<Mutex<SequenceBatcher>>>,
+        clock: SharedClock,
+    ) -> Self {
         let delays = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if !d.max_queue_delay.is_zero());
         let direct = policy.sequence().is_none() && !policy.decoupled;
+        let takes_sequences = policy.sequence().is_some_and(|s| !s.iterative) && !policy.decoupled;
         Lane {
             direct,
             delays,
             batcher: batcher.filter(|_| direct),
+            sequence: sequence.filter(|_| takes_sequences),
+            pump: OnceLock::new(),
             clock,
             state: Mutex::new(State {
                 slots: (0..policy.instances.len()).map(|_| None).collect(),
@@ -120,8 +152,14 @@ impl Lane {
                 in_flight: 0,
                 queued: 0,
                 open: true,
+                armed: None,
             }),
         }
+    }
+
+    /// Where the lane asks the scheduler actor for a turn (set once it started).
+    pub fn set_pump(&self, pump: Recipient<Pump>) {
+        let _ = self.pump.set(pump);
     }
 
     /// Hands `p` to a free instance when nothing is queued and no delay applies; else counts it
@@ -129,6 +167,9 @@ impl Lane {
     /// send fails).
     pub fn route(&self, p: Pending) -> Route {
         let mut p = p;
+        if let Some(sequence) = &self.sequence {
+            return self.route_sequence(sequence, p);
+        }
         if self.direct {
             loop {
                 let mut s = self.state.lock();
@@ -145,8 +186,9 @@ impl Lane {
                 drop(s);
                 // A free instance waits on an empty mailbox: the send fails only when it ended
                 // meanwhile (the supervisor tells the scheduler); the request tries again.
+                let items = p.batch_size;
                 match mailbox.try_send(InstanceMsg::Execute(vec![p])) {
-                    Ok(()) => return Route::Direct { instance: index },
+                    Ok(()) => return Route::Direct { instance: index, items, waited: Duration::ZERO },
                     Err(TrySendError::Full(InstanceMsg::Execute(mut b)))
                     | Err(TrySendError::Disconnected(InstanceMsg::Execute(mut b))) => {
                         p = b.pop().expect("the one request sent");
@@ -166,8 +208,16 @@ impl Lane {
     }
 
     /// An instance finished its batch with no request to hand back (before its answers go
-    /// out): free at once when nothing waits, so the client's next request finds it free.
-    pub fn finish(&self, index: usize, generation: u64) -> Finish {
+    /// out): free at once when nothing waits, so the client's next request finds it free. For a
+    /// sequence model, the requests that can no longer run come back, to be failed.
+    pub fn finish(&self, index: usize, generation: u64) -> (Finish, Vec<(Pending, Error)>) {
+        if let Some(sequence) = &self.sequence {
+            return self.finish_sequence(sequence, index, generation);
+        }
+        (self.finish_direct(index, generation), Vec::new())
+    }
+
+    fn finish_direct(&self, index: usize, generation: u64) -> Finish {
         if !self.direct {
             return Finish::Scheduler;
         }
@@ -188,6 +238,9 @@ impl Lane {
     /// has one for it now (requests past their queue timeout come back in `expired`, to be
     /// failed as the scheduler fails them), else it is free.
     pub fn pull(&self, index: usize, generation: u64) -> (Pulled, Vec<Pending>) {
+        if let Some(sequence) = &self.sequence {
+            return (self.pull_sequence(sequence, index, generation), Vec::new());
+        }
         let mut s = self.state.lock();
         if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
             return (Pulled::NotMine, Vec::new());
@@ -268,6 +321,11 @@ impl Turn<'_> {
         self.s.in_flight = self.s.in_flight.saturating_sub(read);
     }
 
+    /// The timer the scheduler set for its next turn, if any.
+    pub fn arm(&mut self, at: Option<Instant>) {
+        self.s.armed = at;
+    }
+
     /// The model drains: no request goes direct any more.
     pub fn close(&mut self) {
         self.s.open = false;
@@ -327,7 +385,7 @@ mod tests {
 
     /// A lane whose instances are all up and free, with their mailboxes' receiving ends.
     fn lane(p: &ModelPolicy) -> (Lane, Vec<Receiver<InstanceMsg>>) {
-        let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), Arc::new(SystemClock));
+        let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), None, Arc::new(SystemClock));
         let mut inboxes = Vec::new();
         for i in 0..p.instances.len() {
             let (tx, rx) = mailbox();
@@ -339,8 +397,8 @@ mod tests {
 
     fn direct(r: Route) -> Option<usize> {
         match r {
-            Route::Direct { instance } => Some(instance),
-            Route::Scheduler(_) => None,
+            Route::Direct { instance, .. } => Some(instance),
+            Route::Scheduler(_) | Route::Queued | Route::Refused(_) => None,
         }
     }
 
@@ -394,7 +452,7 @@ mod tests {
     }
 
     #[test]
-    fn sequence_and_decoupled_models_always_go_through_the_scheduler() {
+    fn decoupled_models_and_sequence_models_without_a_shared_batcher_go_through_the_scheduler() {
         let seq = SequencePolicy {
             strategy: SequenceStrategy::Direct,
             max_idle: Duration::from_secs(1),
@@ -407,7 +465,7 @@ mod tests {
         };
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Sequence(seq), 1));
         assert_eq!(direct(lane.route(pending())), None);
-        assert_eq!(lane.finish(0, 1), Finish::Scheduler);
+        assert_eq!(lane.finish(0, 1).0, Finish::Scheduler);
         let mut decoupled = policy(SchedulerPolicy::Direct, 1);
         decoupled.decoupled = true;
         let (lane, _inboxes) = self::lane(&decoupled);
@@ -426,11 +484,11 @@ mod tests {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
         assert_eq!(direct(lane.route(pending())), Some(0));
         inboxes[0].try_recv().unwrap();
-        assert_eq!(lane.finish(0, 1), Finish::Freed);
+        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
         assert!(lane.turn().all_free());
         assert_eq!(direct(lane.route(pending())), Some(0));
         // A stale generation (the instance was restarted) is not the lane's to free.
-        assert_eq!(lane.finish(0, 7), Finish::Scheduler);
+        assert_eq!(lane.finish(0, 7).0, Finish::Scheduler);
         assert!(matches!(lane.pull(0, 7), (Pulled::NotMine, _)));
     }
 
@@ -438,7 +496,7 @@ mod tests {
     fn an_instance_pulls_its_next_batch_from_the_batcher_while_requests_wait() {
         let p = policy(SchedulerPolicy::Direct, 1);
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
-        let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
+        let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock));
         let (tx, _rx) = mailbox();
         lane.turn().up(0, 1, tx);
         assert_eq!(direct(lane.route(pending())), Some(0));
@@ -448,14 +506,14 @@ mod tests {
             batcher.lock().push(p).unwrap();
         }
         lane.turn().publish(2, 2);
-        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         // The instance takes them one by one (no dynamic batching), the last leaving it free
         // with nothing for the scheduler to hear.
         assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
         assert!(!lane.turn().all_free());
-        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
-        assert_eq!(lane.finish(0, 1), Finish::Freed);
+        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
         assert!(lane.turn().all_free());
     }
 
@@ -467,12 +525,12 @@ mod tests {
         // On its way to the scheduler, not in the batcher yet: the instance is free and the
         // scheduler must hear it.
         assert_eq!(direct(lane.route(pending())), None);
-        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
         assert!(lane.turn().all_free());
         lane.turn().publish(0, 1);
         lane.turn().close();
-        assert_eq!(lane.finish(0, 1), Finish::Pull);
+        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
     }
 
@@ -487,7 +545,7 @@ mod tests {
         };
         let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
-        let lane = Lane::new(&p, Some(batcher.clone()), Arc::new(SystemClock));
+        let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock));
         let (tx, _rx) = mailbox();
         lane.turn().up(0, 1, tx);
         assert_eq!(direct(lane.route(pending())), Some(0));
