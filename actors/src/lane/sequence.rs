@@ -180,56 +180,21 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::backend::{InstanceKind, InstanceSpec};
     use crate::clock::SystemClock;
     use crate::figures::ModelFigures;
     use crate::mailbox::{mailbox, Receiver};
-    use crate::policy::{
-        ControlKind, ControlSpec, IoSpec, ModelPolicy, SchedulerPolicy, SequencePolicy, SequenceStrategy,
-        DEFAULT_QUEUE_CAPACITY,
-    };
+    use crate::policy::{ModelPolicy, SchedulerPolicy};
     use crate::request::{CorrelationId, InferRequest, Reply, SequenceFlags};
     use crate::tensor::{DataType, Tensor};
 
-    /// A `direct` sequence model with one instance of `slots` slots.
+    /// A `direct` sequence model with one instance of `slots` slots (the sequence actor's test
+    /// model, with a smaller backlog).
     fn policy(slots: usize) -> ModelPolicy {
-        let sequence = SequencePolicy {
-            strategy: SequenceStrategy::Direct,
-            max_idle: Duration::from_secs(60),
-            controls: vec![ControlSpec {
-                kind: ControlKind::Start,
-                input: "START".into(),
-                datatype: DataType::I32,
-                false_value: 0i32.to_le_bytes().to_vec(),
-                true_value: 1i32.to_le_bytes().to_vec(),
-            }],
-            states: Vec::new(),
-            max_backlog: 100,
-            start_grace: Duration::ZERO,
-            max_state_bytes: None,
-            iterative: false,
-        };
-        let instance = InstanceSpec {
-            name: "acc_0_0".into(),
-            index: 0,
-            kind: InstanceKind::Cpu,
-            device: None,
-            cpu_cores: Vec::new(),
-            rate_limiter: Default::default(),
-        };
-        ModelPolicy {
-            name: "acc".into(),
-            version: 1,
-            max_batch_size: slots,
-            inputs: vec![IoSpec::new("IN", DataType::I32, vec![1])],
-            outputs: vec![IoSpec::new("OUT", DataType::I32, vec![1])],
-            instances: vec![instance],
-            scheduler: SchedulerPolicy::Sequence(sequence),
-            decoupled: false,
-            queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            warmup: Vec::new(),
-            response_cache: false,
-        }
+        let (mut model, mut sequence) = crate::sequence::tests::policies();
+        sequence.max_backlog = 100;
+        model.max_batch_size = slots;
+        model.scheduler = SchedulerPolicy::Sequence(sequence);
+        model
     }
 
     /// Request `n` of sequence `id` (its input is `n`).

@@ -19,7 +19,7 @@ mod slots;
 pub(crate) mod state;
 pub mod table;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;

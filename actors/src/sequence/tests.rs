@@ -18,7 +18,8 @@ use crate::request::{CorrelationId, InferRequest, Reply, SequenceFlags};
 use crate::tensor::{DataType, Tensor};
 use crate::{InstanceKind, InstanceSpec};
 
-fn policies() -> (ModelPolicy, SequencePolicy) {
+/// A `direct` sequence model of one instance with one slot, and its sequence policy.
+pub(crate) fn policies() -> (ModelPolicy, SequencePolicy) {
     let sequence = SequencePolicy {
         strategy: SequenceStrategy::Direct,
         max_idle: Duration::from_secs(60),
