@@ -68,13 +68,18 @@ pub struct BatchInput<'a> {
     /// once its client has gone, cancelled or disconnected (`request.is_cancelled()`); empty
     /// where the caller does not say.
     pub cancelled: &'a [Arc<AtomicBool>],
+    /// Beside `requests`, for a backend that [`Backend::answers_early`] (non-decoupled models):
+    /// the reply of each request it may answer before `execute_each` returns (`None` where the
+    /// engine must see the answer first); empty where the caller lends none. A request answered
+    /// through it is done: its outcome from `execute_each` is ignored.
+    pub early: &'a [Option<crate::instance::early::EarlyReply>],
 }
 
 impl<'a> BatchInput<'a> {
     /// A batch with no requests behind it (a backend's own steps and tests): `inputs` as they
     /// are, the `outputs` wanted (empty = all).
     pub fn bare(inputs: &'a [Tensor], outputs: &'a [String], batch_size: usize) -> Self {
-        BatchInput { inputs, outputs, batch_size, request: None, requests: &[], cancelled: &[] }
+        BatchInput { inputs, outputs, batch_size, request: None, requests: &[], cancelled: &[], early: &[] }
     }
 }
 
@@ -87,6 +92,7 @@ impl std::fmt::Debug for BatchInput<'_> {
             .field("request", &self.request)
             .field("requests", &self.requests)
             .field("cancelled", &self.cancelled)
+            .field("early", &self.early)
             .finish()
     }
 }
@@ -148,6 +154,13 @@ pub trait Backend: Send {
     /// Whether it reads `BatchInput::cancelled` (the engine then watches each request's client
     /// while the batch runs).
     fn sees_cancellation(&self) -> bool {
+        false
+    }
+
+    /// Whether it answers requests from inside `execute_each` through `BatchInput::early` (as
+    /// Triton's backend API answers from `TRITONBACKEND_ResponseSend`): the engine then lends
+    /// it the replies of the requests it may answer so.
+    fn answers_early(&self) -> bool {
         false
     }
 

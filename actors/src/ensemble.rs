@@ -147,6 +147,8 @@ async fn run<R: Route>(
                 .collect();
             let mut request = InferRequest::new(step.model.clone(), inputs);
             request.version = step.version;
+            // The ensemble's statistics add up its steps' times, as Triton's do.
+            request.wants_times = true;
             if let Some(o) = origin {
                 // Id, sequence flags, priority, timeout, the client's deadline and parameters
                 // pass through to each step.

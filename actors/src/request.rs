@@ -79,6 +79,10 @@ pub struct InferRequest {
     pub received: Instant,
     /// Set when the frontend sampled this request for the trace extension.
     pub trace: Option<Arc<Trace>>,
+    /// The caller reads the compute times on the answer (`InferResponse::times`: an ensemble's
+    /// step): the engine answers it once its backend has reported them, never early (see
+    /// `Backend::answers_early`).
+    pub wants_times: bool,
 }
 
 impl InferRequest {
@@ -96,6 +100,7 @@ impl InferRequest {
             client_deadline: None,
             received: Instant::now(),
             trace: None,
+            wants_times: false,
         }
     }
 

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -167,6 +167,9 @@ pub trait StatsObserver: Send + Sync {
     fn cache_miss(&self, _lookup_and_insert: Duration) {}
 }
 
+/// How long a reader of the statistics waits at most for requests answered early to be counted.
+pub const SETTLE_LIMIT: Duration = Duration::from_millis(200);
+
 #[derive(Default)]
 pub struct ModelStats {
     last_inference_ms: AtomicU64,
@@ -182,6 +185,10 @@ pub struct ModelStats {
     pub cache_miss: Duration2,
     /// Requests accepted and not yet answered.
     pub pending: AtomicU64,
+    /// Requests answered before their backend's `execute` returned, and of those the ones
+    /// counted since (their statistics wait for the backend's report): see [`ModelStats::settle`].
+    early_answered: AtomicU64,
+    early_counted: AtomicU64,
     failures: Mutex<BTreeMap<FailureReason, u64>>,
     batches: Mutex<BTreeMap<u64, BatchFigures>>,
     /// The backend's response statistics, by response index.
@@ -321,7 +328,36 @@ impl ModelStats {
         stats.entry(r.index.to_string()).or_default().add(r)
     }
 
+    /// A request was answered before its backend's `execute` returned; its statistics follow
+    /// ([`ModelStats::counted_early`]).
+    pub(crate) fn answered_early(&self) {
+        self.early_answered.fetch_add(1, SeqCst);
+    }
+
+    /// The statistics of a request answered early are counted.
+    pub(crate) fn counted_early(&self) {
+        self.early_counted.fetch_add(1, SeqCst);
+    }
+
+    /// Waits until as many requests answered early as had been answered when it was called
+    /// are counted, so that a client that has its answer sees statistics that include it (a
+    /// backend answers from inside `execute` and reports its statistics when it returns,
+    /// microseconds later). Bounded by [`SETTLE_LIMIT`]: a backend that answers and then runs
+    /// on for long delays no reader longer than that.
+    pub fn settle(&self) {
+        let answered = self.early_answered.load(SeqCst);
+        if self.early_counted.load(SeqCst) >= answered {
+            return;
+        }
+        let deadline = Instant::now() + SETTLE_LIMIT;
+        while self.early_counted.load(SeqCst) < answered && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// The statistics after [`ModelStats::settle`].
     pub fn snapshot(&self) -> StatsSnapshot {
+        self.settle();
         StatsSnapshot {
             last_inference_ms: self.last_inference_ms.load(Relaxed),
             inference_count: self.inference_count.load(Relaxed),

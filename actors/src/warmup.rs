@@ -72,6 +72,7 @@ fn run_sample(policy: &ModelPolicy, sample: &WarmupSample, backend: &mut dyn Bac
             requests: &refs,
             // Nobody waits on a warmup request: it is never cancelled.
             cancelled: &[],
+            early: &[],
         };
         let ran = catch_unwind(AssertUnwindSafe(|| {
             if policy.decoupled {

@@ -5,6 +5,7 @@
 //! the supervisor starts a new one.
 
 mod decoupled;
+pub(crate) mod early;
 mod gone;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -243,37 +244,48 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
     let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
     let single = (requests.len() == 1).then(|| requests[0]);
-    let input = BatchInput {
+    let mut input = BatchInput {
         inputs: &merged,
         outputs: &wanted,
         batch_size: total,
         request: single,
         requests: &requests,
         cancelled: &gone.flags,
+        early: &[],
     };
 
     if policy.decoupled {
         return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Done::Unreleased);
     }
 
+    // A backend that answers from inside `execute` gets the replies it may answer so.
+    let n = live.len();
+    let (held, lent) = if backend.answers_early() {
+        early::lend(live, stats, &policy.name, policy.version)
+    } else {
+        (live.into_iter().map(early::Held::Kept).collect(), Vec::new())
+    };
+    input.early = &lent;
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes)));
     drop(gone);
     let infer_end = Instant::now();
+    // The requests come back, each with its index in the batch; those answered early are
+    // only counted here.
+    let (live, answered) = early::take_back(held);
     let again = if result.is_ok() { backend.take_rescheduled() } else { Vec::new() };
     let all_ok = matches!(&result, Ok(Ok(v)) if v.iter().all(|o| o.is_ok()));
-    let reported = if live.len() == 1 && all_ok { backend.reported_times() } else { None };
+    let reported = if n == 1 && all_ok { backend.reported_times() } else { None };
     let report = backend.backend_report().unwrap_or_default();
     let panicked = match &result {
         Err(p) => Some(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&**p))),
         Ok(_) => None,
     };
     let outcomes = match result {
-        Ok(Ok(v)) if v.len() == live.len() => Ok(v),
+        Ok(Ok(v)) if v.len() == n => Ok(v),
         Ok(Ok(v)) => Err(Error::internal(format!(
-            "instance '{}' answered {} of the batch's {} requests",
+            "instance '{}' answered {} of the batch's {n} requests",
             env.spec.name,
-            v.len(),
-            live.len()
+            v.len()
         ))),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::internal(panicked.clone().unwrap_or_default())),
@@ -300,11 +312,47 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         env.figures.instance(env.spec.index).executed();
         output_end
     };
+    // Counts the requests answered early, after their execution: the backend reported them
+    // once `execute` returned.
+    let count_answered = |answered: Vec<(usize, early::Answered)>| {
+        for (i, a) in answered {
+            let own = report.requests.get(i).copied().flatten();
+            let mut times = ComputeTimes {
+                queue: compute_start.saturating_duration_since(a.enqueued),
+                compute_input: input_end - compute_start,
+                compute_infer: a.at.saturating_duration_since(input_end),
+                compute_output: Duration::ZERO,
+            };
+            if let Some(r) = reported {
+                times = ComputeTimes { queue: times.queue + r.queue, ..r };
+            }
+            if let Some((_, r)) = own {
+                times = ComputeTimes { queue: times.queue, ..r };
+            }
+            let total = a.at.saturating_duration_since(a.request.received);
+            if !a.ok || matches!(own, Some((false, _))) {
+                stats.record_failure(total, FailureReason::Backend);
+            } else {
+                stats.record_success(&RequestTimes {
+                    total,
+                    queue: times.queue,
+                    compute_input: times.compute_input,
+                    compute_infer: times.compute_infer,
+                    compute_output: times.compute_output,
+                    batch_size: a.batch_size as u64,
+                });
+            }
+            stats.pending.fetch_sub(1, Relaxed);
+            stats.counted_early();
+        }
+    };
     let outcomes = match outcomes {
         Ok(v) => v,
         Err(e) => {
             count_execution();
-            for p in live {
+            // Answered before the execution failed: their clients have their answers.
+            count_answered(answered);
+            for (_, p) in live {
                 p.fail_as(stats, e.clone(), FailureReason::Backend);
             }
             return match panicked {
@@ -318,7 +366,9 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let mut failed = Vec::new();
     let mut rescheduled = Vec::new();
     let mut answers: Vec<(Pending, Vec<crate::tensor::Tensor>, Option<Own>)> = Vec::with_capacity(live.len());
-    for (i, (p, outcome)) in live.into_iter().zip(outcomes).enumerate() {
+    let mut outcomes: Vec<Option<Result<Vec<crate::tensor::Tensor>>>> = outcomes.into_iter().map(Some).collect();
+    for (i, p) in live {
+        let Some(outcome) = outcomes[i].take() else { continue };
         let own = report.requests.get(i).copied().flatten();
         if again.contains(&i) {
             // Handed back to run again: unanswered; this execution counts as one of its
@@ -345,6 +395,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         answers.push((p, outputs, own));
     }
     let output_end = count_execution();
+    count_answered(answered);
     let rescheduled = rescheduled
         .into_iter()
         .map(|(p, own)| {

@@ -68,6 +68,33 @@ pub struct HostRequest {
     pub reschedulable: bool,
     /// The request's trace, when the trace settings sampled it (`TRITONBACKEND_RequestTrace`).
     pub trace: Option<super::trace::HostTrace>,
+    /// Where the request's final response goes at once, from inside the backend's
+    /// `TRITONBACKEND_ResponseSend`, when it is the request's first response and carries no
+    /// error (a non-decoupled model's one response, as Triton answers the client from there);
+    /// the request's channel then gets `HostEvent::Answered` instead. `None`: every response
+    /// goes to the channel.
+    pub on_final: Option<FinalHook>,
+}
+
+/// Takes a request's final response (its outputs) on the thread that sends it; called at most
+/// once per request.
+#[derive(Clone)]
+pub struct FinalHook(Arc<dyn Fn(Vec<HostTensor>) + Send + Sync>);
+
+impl FinalHook {
+    pub fn new(f: impl Fn(Vec<HostTensor>) + Send + Sync + 'static) -> Self {
+        FinalHook(Arc::new(f))
+    }
+
+    pub(crate) fn call(&self, outputs: Vec<HostTensor>) {
+        (self.0)(outputs)
+    }
+}
+
+impl std::fmt::Debug for FinalHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FinalHook")
+    }
 }
 
 /// What a backend reported of one request (`TRITONBACKEND_ModelInstanceReportStatistics`) or
@@ -135,6 +162,9 @@ pub enum HostEvent {
     /// The backend asked to reschedule the request and was refused with this error (Triton's
     /// text); the backend then releases it as usual.
     RescheduleRefused(HostError),
+    /// The request's final response went to its `HostRequest::on_final` when the backend sent
+    /// it.
+    Answered,
 }
 
 impl HostEvent {
@@ -142,6 +172,7 @@ impl HostEvent {
         match self {
             HostEvent::Response(r) => r.is_final,
             HostEvent::Flags(f) => f & RESPONSE_COMPLETE_FINAL != 0,
+            HostEvent::Answered => true,
             HostEvent::Rescheduled | HostEvent::RescheduleRefused(_) => false,
         }
     }
@@ -330,7 +361,7 @@ impl LoadedInstance {
             let cancel = r.cancel.clone();
             let states = States::new(&r.model, r.state_outputs.take());
             let trace = r.trace.take().map(super::trace::InferenceTrace::of_request);
-            let sink = Arc::new(Sink::new(tx, cancel.clone(), states, trace));
+            let sink = Arc::new(Sink::new(tx, cancel.clone(), states, trace, r.on_final.take()));
             let report = sink.report.clone();
             raw.push(Box::into_raw(Box::new(Request::new(r, sink))));
             pending.push(Pending { events: rx, cancel, report });

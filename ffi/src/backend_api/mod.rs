@@ -29,8 +29,8 @@ mod state;
 mod trace;
 
 pub use host::{
-    load_backend, BackendSpec, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor, InstanceSpec,
-    LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending, ReportedStats,
+    load_backend, BackendSpec, FinalHook, HostError, HostEvent, HostParam, HostRequest, HostResponse, HostTensor,
+    InstanceSpec, LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending, ReportedStats,
 };
 pub use inprocess::{set_inference_server, EventSink, InProcessEvent, InProcessRequest, InferenceServer};
 /// Custom metrics of backends in Prometheus text, for `/metrics`.

@@ -475,7 +475,7 @@ mod tests {
     /// A request handed to a backend, and the channel its events arrive on.
     fn request(reschedulable: bool, flags: u32) -> (*mut Request, Receiver<HostEvent>) {
         let (tx, rx) = channel();
-        let sink = Arc::new(Sink::new(tx, Arc::new(AtomicBool::new(false)), States::new("m", None), None));
+        let sink = Arc::new(Sink::new(tx, Arc::new(AtomicBool::new(false)), States::new("m", None), None, None));
         let host = HostRequest { correlation_id: 9, flags, reschedulable, model: "m".into(), ..Default::default() };
         (Box::into_raw(Box::new(Request::new(host, sink))), rx)
     }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::abi::*;
 use super::boundary::{borrow, borrow_mut, export, text, write};
 use super::error::Error;
-use super::host::{HostError, HostEvent, HostResponse, HostTensor};
+use super::host::{FinalHook, HostError, HostEvent, HostResponse, HostTensor};
 use super::request::{BufferAttributes, Request};
 use super::state::States;
 use super::trace::InferenceTrace;
@@ -32,6 +32,10 @@ pub struct Sink {
     trace: Option<Box<InferenceTrace>>,
     /// The index the backend's next reported response gets (`ReportResponseStatistics`).
     pub(crate) response_index: std::sync::atomic::AtomicU64,
+    /// Where the request's first response goes when it is final and without error.
+    on_final: Option<FinalHook>,
+    /// How many responses the backend sent for the request.
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl Sink {
@@ -40,8 +44,10 @@ impl Sink {
         cancelled: Arc<AtomicBool>,
         states: States,
         trace: Option<Box<InferenceTrace>>,
+        on_final: Option<FinalHook>,
     ) -> Self {
-        Sink { tx, cancelled, states, report: Arc::default(), trace, response_index: Default::default() }
+        let (report, response_index, sent) = Default::default();
+        Sink { tx, cancelled, states, report, trace, response_index, on_final, sent }
     }
 
     /// The request's trace object for the backend; null when it is not traced.
@@ -240,7 +246,100 @@ export! {
             outputs
         };
         let is_final = send_flags & RESPONSE_COMPLETE_FINAL != 0;
-        r.sink.send(HostEvent::Response(HostResponse { outputs, error, is_final }));
+        let first = r.sink.sent.fetch_add(1, Ordering::Relaxed) == 0;
+        match &r.sink.on_final {
+            // The request's one response: the client has it before the backend goes on (as
+            // Triton answers from here); the channel hears that it went.
+            Some(hook) if is_final && first && error.is_none() => {
+                hook.call(outputs);
+                r.sink.send(HostEvent::Answered);
+            }
+            _ => r.sink.send(HostEvent::Response(HostResponse { outputs, error, is_final })),
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc::{channel, Receiver};
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::backend_api::host::HostRequest;
+
+    /// A request whose final response goes to `hook`, and its channel.
+    fn request(hook: Option<FinalHook>) -> (*mut Request, Receiver<HostEvent>) {
+        let (tx, rx) = channel();
+        let sink = Arc::new(Sink::new(tx, Arc::new(AtomicBool::new(false)), States::new("m", None), None, hook));
+        (Box::into_raw(Box::new(Request::new(HostRequest::default(), sink))), rx)
+    }
+
+    /// Sends a response with one FP32 output `OUT` of one element.
+    fn send(request: *mut Request, flags: u32, error: Option<&Error>) {
+        let mut response = std::ptr::null_mut();
+        let mut output = std::ptr::null_mut();
+        let (mut buffer, mut kind, mut id) = (std::ptr::null_mut(), 0, 0);
+        let error = error.map_or(std::ptr::null_mut(), |e| (e as *const Error).cast_mut());
+        // SAFETY: a live request, the new response and output, the caller's out-parameters; the
+        // response is given up once.
+        unsafe {
+            assert!(TRITONBACKEND_ResponseNew(&mut response, request).is_null());
+            assert!(
+                TRITONBACKEND_ResponseOutput(response, &mut output, c"OUT".as_ptr(), 11, [1i64].as_ptr(), 1).is_null()
+            );
+            assert!(TRITONBACKEND_OutputBuffer(output, &mut buffer, 4, &mut kind, &mut id).is_null());
+            assert!(TRITONBACKEND_ResponseSend(response, flags, error).is_null());
+        }
+    }
+
+    /// A hook that keeps what it is given.
+    fn keeper() -> (FinalHook, Arc<Mutex<Vec<Vec<HostTensor>>>>) {
+        let got: Arc<Mutex<Vec<Vec<HostTensor>>>> = Arc::default();
+        let kept = got.clone();
+        (FinalHook::new(move |outputs| kept.lock().unwrap().push(outputs)), got)
+    }
+
+    fn release(r: *mut Request) {
+        // SAFETY: made by `Box::into_raw` in `request`, freed once.
+        drop(unsafe { Box::from_raw(r) });
+    }
+
+    #[test]
+    fn a_lone_final_response_goes_out_from_response_send() {
+        let (hook, got) = keeper();
+        let (r, rx) = request(Some(hook));
+        send(r, RESPONSE_COMPLETE_FINAL, None);
+        assert_eq!(got.lock().unwrap().len(), 1, "the hook took the response");
+        assert_eq!(got.lock().unwrap()[0][0].name, "OUT");
+        assert_eq!(rx.try_recv().unwrap(), HostEvent::Answered);
+        release(r);
+    }
+
+    #[test]
+    fn responses_after_a_first_one_errors_and_unhooked_requests_go_to_the_channel() {
+        let (hook, got) = keeper();
+        let (r, rx) = request(Some(hook));
+        send(r, 0, None);
+        send(r, RESPONSE_COMPLETE_FINAL, None);
+        assert!(got.lock().unwrap().is_empty(), "not the request's one response");
+        assert!(matches!(rx.try_recv().unwrap(), HostEvent::Response(HostResponse { is_final: false, .. })));
+        assert!(matches!(rx.try_recv().unwrap(), HostEvent::Response(HostResponse { is_final: true, .. })));
+        release(r);
+
+        let (hook, got) = keeper();
+        let (r, rx) = request(Some(hook));
+        let error = Error::new(ERROR_INTERNAL, "bad");
+        send(r, RESPONSE_COMPLETE_FINAL, Some(&error));
+        assert!(got.lock().unwrap().is_empty(), "an error goes the way the instance reads its failures");
+        let HostEvent::Response(response) = rx.try_recv().unwrap() else { panic!("no response") };
+        assert_eq!(response.error.unwrap().message, "bad");
+        release(r);
+
+        let (r, rx) = request(None);
+        send(r, RESPONSE_COMPLETE_FINAL, None);
+        assert!(matches!(rx.try_recv().unwrap(), HostEvent::Response(HostResponse { is_final: true, .. })));
+        release(r);
     }
 }

@@ -246,6 +246,13 @@ impl TritonInstance {
             if let Some(gone) = batch.cancelled.get(i) {
                 r.cancel = gone.clone();
             }
+            // The request's one response goes to its client from inside `ResponseSend`.
+            if let Some(Some(early)) = batch.early.get(i).filter(|_| self.answers_early()) {
+                let early = early.clone();
+                r.on_final = Some(host::FinalHook::new(move |outputs| {
+                    early.answer(outputs.into_iter().map(convert::tensor).collect());
+                }));
+            }
         }
         self.rescheduled.clear();
         let pending = match deadlines.iter().flatten().min().copied() {
@@ -338,6 +345,13 @@ impl TritonInstance {
             let is_final = event.is_final();
             match &event {
                 HostEvent::Rescheduled => rescheduled = true,
+                HostEvent::Answered => {
+                    // Its client has it; the engine ignores the outcome that stands for it.
+                    responses += 1;
+                    if let Err(e) = emit(index, Vec::new(), true) {
+                        failure.get_or_insert(e);
+                    }
+                }
                 HostEvent::RescheduleRefused(e) => {
                     tracing::error!("model '{}': failed to release request: {e}", self.model);
                     refusal = Some(e.message.clone());
@@ -402,6 +416,13 @@ impl Backend for TritonInstance {
     /// A backend sees a request's cancellation while it runs (`TRITONBACKEND_RequestIsCancelled`).
     fn sees_cancellation(&self) -> bool {
         true
+    }
+
+    /// A non-decoupled request's one response reaches its client from inside
+    /// `TRITONBACKEND_ResponseSend`, as in Triton; not that of an iterative sequence (the backend
+    /// may still reschedule it) nor one with implicit state (the engine keeps it first).
+    fn answers_early(&self) -> bool {
+        !self.decoupled && !self.iterative && self.states.is_none()
     }
 
     fn backend_report(&mut self) -> Option<BackendReport> {
