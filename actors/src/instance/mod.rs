@@ -188,7 +188,8 @@ enum Done {
     /// handed back to run again.
     Unreleased(Vec<Pending>),
     /// Free already (in the lane, or the scheduler told), just before the answers went out,
-    /// so a client's next request finds it free.
+    /// so a client's next request finds it free (one answered from inside `execute` went out
+    /// before: its client's next request may wait for the instance, as in Triton).
     Released,
     /// Requests wait: the instance takes its next batch itself (`Lane::pull`).
     Pull,
@@ -291,7 +292,8 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         Err(_) => Err(Error::internal(panicked.clone().unwrap_or_default())),
     };
     // Executions are counted before any reply goes out, so a client that has its answer
-    // always sees statistics that include it.
+    // always sees statistics that include it (for one answered from inside `execute`, the
+    // statistics' readers wait for what follows: `ModelStats::settle`).
     let count_execution = || {
         let output_end = Instant::now();
         for (size, r) in &report.batches {
