@@ -56,21 +56,27 @@ def stop_sched(proc, out, point, server_pid):
     proc.wait(timeout=120)
 
 
+# chatload's threads (its main thread, its pacer and its tokio runtime's workers).
+CLIENT_THREADS = {"chatload", "chatload-pacer", "tokio-rt-worker"}
+
 SWITCH = re.compile(r"prev_comm=(.*?) prev_pid=(\d+) prev_prio=\d+ prev_state=(\S+) ==> "
                     r"next_comm=(.*?) next_pid=(\d+)")
 WAKEUP = re.compile(r"comm=(.*?) pid=(\d+) prio")
 
 
 def waits(out, point, tids):
-    """Each watched thread's waits for a core: (start ns, end ns, tid, who had the core)."""
+    """Each watched thread's waits for a core, (start ns, end ns, tid, the thread it got the
+    core from), and every CPU's timeline, {cpu: [(start ns, end ns, tid, comm)]}."""
     data = os.path.join(out, f"{point}-sched.data")
-    text = subprocess.run(["perf", "script", "-i", data, "-F", "time,event,trace", "--ns"], capture_output=True,
+    text = subprocess.run(["perf", "script", "-i", data, "-F", "cpu,time,event,trace", "--ns"], capture_output=True,
                           text=True).stdout
-    runnable, found = {}, []
+    runnable, found, cpus, running = {}, [], {}, {}
     for line in text.splitlines():
         head, _, rest = line.partition(": sched:")
         try:
-            ns = int(round(float(head.strip().rstrip(":")) * 1e9))
+            cpu_text, time_text = head.split("]", 1)
+            cpu = int(cpu_text.strip().lstrip("["))
+            ns = int(round(float(time_text.strip().rstrip(":")) * 1e9))
         except ValueError:
             continue
         if rest.startswith("sched_switch"):
@@ -78,6 +84,10 @@ def waits(out, point, tids):
             if not m:
                 continue
             prev, state, nxt = int(m.group(2)), m.group(3), int(m.group(5))
+            if cpu in running:
+                since, tid, comm = running[cpu]
+                cpus.setdefault(cpu, []).append((since, ns, tid, comm))
+            running[cpu] = (ns, nxt, m.group(4))
             if prev in tids:
                 if state.startswith("R"):
                     runnable[prev] = ns  # preempted: still runnable
@@ -90,7 +100,19 @@ def waits(out, point, tids):
             if m and int(m.group(2)) in tids:
                 runnable.setdefault(int(m.group(2)), ns)
     found.sort()
-    return found
+    return found, cpus
+
+
+def ran_during(cpus, starts, a, b, into, label):
+    """Adds to `into` how long each thread ran on every CPU within [a, b], by `label(tid, comm)`."""
+    for cpu, segs in cpus.items():
+        i = max(0, bisect.bisect_left(starts[cpu], a) - 1)
+        while i < len(segs) and segs[i][0] < b:
+            o = min(segs[i][1], b) - max(segs[i][0], a)
+            if o > 0:
+                key = label(segs[i][2], segs[i][3])
+                into[key] = into.get(key, 0) + o
+            i += 1
 
 
 def overlap(intervals, starts, a, b):
@@ -129,8 +151,11 @@ def analyze(out, point):
             if comm.startswith("inst-"):
                 tids.add(int(tid))
     have_sched = os.path.exists(os.path.join(out, f"{point}-sched.data")) and tids
-    w = waits(out, point, tids) if have_sched else []
-    starts = [x[0] for x in w]
+    w, cpus = waits(out, point, tids) if have_sched else ([], {})
+    cpu_starts = {cpu: [x[0] for x in segs] for cpu, segs in cpus.items()}
+
+    def label(tid, comm):
+        return ("server " if tid in names else "") + ("idle" if tid == 0 else comm)
     # The instance's own thread is the first one named after it (it creates ONNX Runtime's
     # intra-op threads, which inherit its name); the others are the intra-op pool.
     main = min(tids) if tids else None
@@ -155,13 +180,13 @@ def analyze(out, point):
         if have_sched:
             turn["descheduled"] = overlap(mine, mine_starts, c0, c1)
             turn["pool_descheduled"] = overlap(pool, pool_starts, c0, c1) if pool else 0
-            # Who held the core when the instance thread got it back, weighted by that wait.
+            # What ran on the cores while the instance thread waited for one.
             who = {}
             i = max(0, bisect.bisect_left(mine_starts, c0) - 1)
             while i < len(mine) and mine[i][0] < c1:
-                o = max(0, min(mine[i][1], c1) - max(mine[i][0], c0))
-                if o:
-                    who[mine[i][3]] = who.get(mine[i][3], 0) + o
+                a, b = max(mine[i][0], c0), min(mine[i][1], c1)
+                if b > a:
+                    ran_during(cpus, cpu_starts, a, b, who, label)
                 i += 1
             turn["who"] = who
         turns.append(turn)
@@ -200,7 +225,14 @@ def analyze(out, point):
             for k, v in t["who"].items():
                 who[k] = who.get(k, 0) + v
         summary["tail_descheduled_behind_us"] = {k: v / len(tail) / 1e3 for k, v in
-                                                 sorted(who.items(), key=lambda kv: -kv[1])[:6]}
+                                                 sorted(who.items(), key=lambda kv: -kv[1])[:8]}
+        kinds = {}
+        for k, v in who.items():
+            kind = ("server" if k.startswith("server ") else "idle" if k == "idle"
+                    else "load generator" if k in CLIENT_THREADS else "other processes")
+            kinds[kind] = kinds.get(kind, 0) + v
+        summary["tail_descheduled_behind_kind_us"] = {k: v / len(tail) / 1e3 for k, v in
+                                                      sorted(kinds.items(), key=lambda kv: -kv[1])}
         summary["threads"] = {str(t): names[t] for t in sorted(tids)}
     lines = [f"{point}: {len(turns)} turns joined to their trace (of {summary['joined_of']})",
              f"p50 {summary['p50_us']:.0f} us, p99 {p99 / 1e3:.0f} us; compute per turn mean "
@@ -216,8 +248,9 @@ def analyze(out, point):
         lines.append(f"compute on a core (compute - descheduled): p50 {summary['on_cpu_compute_p50_us']:.0f}, "
                      f"p99 {summary['on_cpu_compute_p99_us']:.0f} us; descheduled p99 "
                      f"{summary['descheduled_p99_us']:.0f} us; instance thread {main}, threads {summary['threads']}")
-        lines.append("the tail's descheduled time, by who held the core (us per turn): " +
+        lines.append("what ran on the 2 cores while the tail's instance thread waited (core-us per turn): " +
                      ", ".join(f"{k} {v:.0f}" for k, v in summary["tail_descheduled_behind_us"].items()))
+        lines.append("  by kind: " + ", ".join(f"{k} {v:.0f}" for k, v in summary["tail_descheduled_behind_kind_us"].items()))
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, f"{point}-split.txt"), "w").write(text)
     json.dump(summary, open(os.path.join(out, f"{point}-split.json"), "w"), indent=1)
