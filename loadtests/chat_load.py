@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 
+import chat_tail
 import common
 
 
@@ -76,6 +77,9 @@ def main():
     ap.add_argument("--reclaim", action="store_true", help="wait for the idle reclaim after the last point")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="set a config parameter of the copy (e.g. intra_op_thread_count=1); repeatable")
+    ap.add_argument("--split", action="store_true",
+                    help="split every turn of the points (chat_tail.py): the server traces every request, "
+                         "chatload writes its turns, perf records the scheduler's events during each point")
     args = ap.parse_args()
 
     counts = [int(c) for c in args.conversations.split(",")]
@@ -140,8 +144,9 @@ def main():
                     "--max-turns", str(args.max_turns),
                     "--tokenizer", os.path.join(common.DEFAULT_REPO, "tiny_chat", "1", "tokenizer.json")]
         point_only = ["--reference-every", str(args.reference_every), "--baseline-turns", "40"]
+    extra = chat_tail.trace_args(out) if args.split else []
     with common.bench_server(args.server, args.ort, common.DEFAULT_REPO, out, models=[args.model],
-                             ready=(args.model,), edit_repo=edit) as srv:
+                             ready=(args.model,), edit_repo=edit, extra_args=extra) as srv:
         base = 1
         rate = args.rate
         if rate <= 0:
@@ -175,7 +180,13 @@ def main():
             if last and args.reclaim:
                 cmd += ["--reclaim-wait", str(args.idle_s + 30)]
             base += n + 1
+            point = f"{protocol}-{n}"
+            if args.split:
+                cmd += ["--turns-out", os.path.join(out, f"{point}-turns.csv")]
+                sched = chat_tail.start_sched(out, point)
             run = subprocess.run(cmd, capture_output=True, text=True)
+            if args.split:
+                chat_tail.stop_sched(sched, out, point, srv.proc.pid)
             text = run.stdout + run.stderr
             open(os.path.join(out, f"{protocol}-{n}.txt"), "w").write(" ".join(cmd) + "\n" + text)
             print(text, flush=True)
@@ -183,6 +194,9 @@ def main():
                 print(f"chatload exited with {run.returncode}", file=sys.stderr)
                 return run.returncode
             srv.alive()
+    if args.split:
+        for n, p in points:
+            chat_tail.analyze(out, f"{p}-{n}")
     summary = [json.load(open(os.path.join(out, f"{p}-{n}.json"))) for n, p in points]
     print("conversations protocol rate achieved p50_ms p99_ms p99_from_sent_ms send_lag_p99_ms unloaded_p50_ms "
           "server_us queue_us compute_per_turn_us p99/compute errors crosstalk state_B/conv rss_MiB "

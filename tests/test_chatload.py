@@ -125,3 +125,31 @@ def test_chatload_chat_catches_a_miscounted_prompt(start_server, repo_copy, tmp_
     f = json.loads(out.read_text())
     assert f["history_mismatches"] == f["answered"] == 24 and f["crosstalk"] >= 24, f
     assert "prompt_tokens" in f["first_error"], f
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_chatload_turns_join_the_servers_trace(start_server, repo_copy, protocol, tmp_path):
+    """`--turns-out` writes every answered turn with its request id and CLOCK_MONOTONIC times, and
+    loadtests/chat_tail.py joins each one to its record in the server's trace file (rate 1)."""
+    import sys
+    sys.path.insert(0, str(REPO_ROOT / "loadtests"))
+    import chat_tail
+
+    repo = repo_copy(["tiny_chat"])
+    srv = start_server(repo, args=chat_tail.trace_args(str(tmp_path)))
+    point = f"{protocol}-8"
+    args = chat_args(srv, protocol, repo / "tiny_chat" / "1" / "tokenizer.json", tmp_path / "figures.json")
+    args += ["--turns-out", str(tmp_path / f"{point}-turns.csv")]
+    run = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = (tmp_path / f"{point}-turns.csv").read_text().splitlines()
+    assert rows[0].startswith("k,conversation,start,due_ns,sent_ns,answered_ns") and len(rows) == 25, rows[:3]
+    for row in rows[1:]:
+        k, conversation, start, due, sent, answered, prompt, completion, cached = map(int, row.split(","))
+        assert due <= sent < answered and conversation == k % 8 and completion >= 1, row
+        assert start == (k < 8) and (cached == 0) == (k < 8), row
+    assert srv.stop() == 0  # the trace file is complete
+    s = chat_tail.analyze(str(tmp_path), point)
+    assert s["turns"] == s["joined_of"] == 24, s
+    assert 0 < s["all"]["compute"] <= s["all"]["latency"] and s["all"]["queue"] >= 0, s
+    assert s["p99_us"] >= s["p50_us"] > 0 and s["mean_compute_us"] > 0, s

@@ -11,6 +11,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -300,6 +301,20 @@ def test_trace_file_has_every_point_of_http_grpc_and_stream_requests(start_serve
     assert len({h["id"] for h, _ in got.values()}) == 3
     assert srv.stop() == 0
     assert set(traces(path)) == {"http-1", "grpc-1", "stream-1"}
+
+
+def test_generate_requests_are_traced_like_infer_requests(start_server, repo_copy, tmp_path):
+    path = tmp_path / "trace.json"
+    srv = start_server(repo_copy(MODELS), args=trace_args(path, "level=TIMESTAMPS", "rate=1"))
+    body = {"INPUT0": [1.0] * 16, "INPUT1": [2.0] * 16}
+    for route, rid in [("generate", "gen-1"), ("generate_stream", "gen-stream-1")]:
+        r = requests.post(f"{srv.base}/v2/models/add_sub/{route}", json={**body, "id": rid}, timeout=30)
+        assert r.status_code == 200, r.text
+    wait_until(lambda: {"gen-1", "gen-stream-1"} <= trace_ids(path), what="two traces")
+    got = traces(path)
+    for rid in ["gen-1", "gen-stream-1"]:
+        assert got[rid][0]["model_name"] == "add_sub"
+        assert_points(got[rid][1], HTTP_POINTS[:10])
 
 
 def test_trace_rate_and_count_are_honoured(start_server, repo_copy, tmp_path):

@@ -99,7 +99,7 @@ impl GrpcTurns {
             contents: Some(InferTensorContents { int_contents: vec![value], ..Default::default() }),
             ..Default::default()
         }];
-        let response = self.call(conversation, sequence_id, start, false, inputs).await?;
+        let response = self.call(conversation, sequence_id, (start, false), inputs, None).await?;
         output_value(&response)
     }
 
@@ -110,9 +110,9 @@ impl GrpcTurns {
         conversation: u64,
         sequence_id: u64,
         prompt: &str,
-        start: bool,
-        end: bool,
+        (start, end): (bool, bool),
         max_tokens: i32,
+        id: Option<String>,
     ) -> Result<ChatReply, String> {
         let tensor = |name: &str, datatype: &str, contents: InferTensorContents| InferInputTensor {
             name: name.into(),
@@ -130,7 +130,7 @@ impl GrpcTurns {
             tensor("max_tokens", "INT32", InferTensorContents { int_contents: vec![max_tokens], ..Default::default() }),
             tensor("temperature", "FP32", InferTensorContents { fp32_contents: vec![0.0], ..Default::default() }),
         ];
-        let response = self.call(conversation, sequence_id, start, end, inputs).await?;
+        let response = self.call(conversation, sequence_id, (start, end), inputs, id).await?;
         let text = |name: &str| -> Result<String, String> {
             let raw = output_bytes(&response, name)?;
             // A BYTES element: its 4-byte little-endian length, then its bytes.
@@ -153,17 +153,18 @@ impl GrpcTurns {
         })
     }
 
-    /// Sends one request on the conversation's stream; its first response.
+    /// Sends one request on the conversation's stream, with request id `id` (unique among the
+    /// requests in flight; a number of its own when `None`); its first response.
     async fn call(
         &self,
         conversation: u64,
         sequence_id: u64,
-        start: bool,
-        end: bool,
+        (start, end): (bool, bool),
         inputs: Vec<InferInputTensor>,
+        id: Option<String>,
     ) -> Result<ModelInferResponse, String> {
         let stream = &self.streams[(conversation as usize) % self.streams.len()];
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed).to_string();
+        let id = id.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed).to_string());
         let mut parameters = HashMap::new();
         parameters.insert(
             "sequence_id".to_string(),

@@ -80,14 +80,17 @@ impl HttpTurns {
         conversation: u64,
         sequence_id: u64,
         prompt: &str,
-        start: bool,
-        end: bool,
+        (start, end): (bool, bool),
         max_tokens: i32,
+        id: Option<String>,
     ) -> Result<ChatReply, String> {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "text_input": prompt, "max_tokens": max_tokens, "temperature": 0.0,
             "parameters": {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end},
         });
+        if let Some(id) = id {
+            body["id"] = id.into();
+        }
         let v = self.post(conversation, format!("/v2/models/{}/generate", self.model), body).await?;
         let text = |name: &str| v[name].as_str().map(str::to_string).ok_or_else(|| format!("no {name} in {v}"));
         let int = |name: &str| v[name].as_i64().ok_or_else(|| format!("no {name} in {v}"));

@@ -129,6 +129,12 @@ struct Args {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<String>,
+    /// Also write every answered turn of the load to this file (CSV: the turn's number k, which
+    /// is also its request id `t<k>`, its conversation, START, when it was due, sent and
+    /// answered in CLOCK_MONOTONIC nanoseconds, the clock of the server's trace timestamps, and
+    /// its prompt, completion and cached tokens), to join with the server's trace file.
+    #[arg(long)]
+    turns_out: Option<String>,
 }
 
 #[derive(Default)]
@@ -154,6 +160,13 @@ struct TurnTimes {
     lag: u32,
     /// The turn STARTed its conversation (for chat: nothing cached, the shortest prompt).
     start: bool,
+    k: u64,
+    conversation: u64,
+    due_at: Instant,
+    sent_at: Instant,
+    answered_at: Instant,
+    /// A chat reply's prompt, completion and cached tokens.
+    tokens: [i64; 3],
 }
 
 impl Tally {
@@ -205,10 +218,48 @@ async fn one_turn(
                 sent: us(done.answered - done.sent),
                 lag: us(done.sent.saturating_duration_since(scheduled)),
                 start: done.start,
+                k,
+                conversation: index,
+                due_at: scheduled,
+                sent_at: done.sent,
+                answered_at: done.answered,
+                tokens: done.tokens.unwrap_or_default(),
             });
         }
     }
     tally.done.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The answered turns as CSV, their times in CLOCK_MONOTONIC nanoseconds (`Instant` is that
+/// clock on Linux; the offset is read once).
+fn write_turns(path: &str, times: &[TurnTimes]) -> Result<()> {
+    use std::fmt::Write as _;
+    let anchor = Instant::now();
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let anchor_ns = now.tv_sec as i128 * 1_000_000_000 + now.tv_nsec as i128;
+    let ns = |at: Instant| match at.checked_duration_since(anchor) {
+        Some(d) => anchor_ns + d.as_nanos() as i128,
+        None => anchor_ns - (anchor - at).as_nanos() as i128,
+    };
+    let mut out =
+        String::from("k,conversation,start,due_ns,sent_ns,answered_ns,prompt_tokens,completion_tokens,cached_tokens\n");
+    let mut sorted: Vec<&TurnTimes> = times.iter().collect();
+    sorted.sort_by_key(|t| t.k);
+    for t in sorted {
+        let [p, c, cached] = t.tokens;
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{p},{c},{cached}",
+            t.k,
+            t.conversation,
+            u8::from(t.start),
+            ns(t.due_at),
+            ns(t.sent_at),
+            ns(t.answered_at)
+        );
+    }
+    std::fs::write(path, out)?;
+    Ok(())
 }
 
 /// One conversation, sequentially, `n` turns: the turn time without load (µs).
@@ -426,6 +477,9 @@ async fn main() -> Result<()> {
         released_turn_refused,
     };
     print!("{}", figures.text());
+    if let Some(path) = &args.turns_out {
+        write_turns(path, &times)?;
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&figures.json())?)?;
     }

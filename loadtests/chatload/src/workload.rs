@@ -33,10 +33,11 @@ impl Turns {
         prompt: &str,
         (start, end): (bool, bool),
         max_tokens: i32,
+        id: Option<String>,
     ) -> Result<ChatReply, String> {
         match self {
-            Turns::Grpc(g) => g.chat(conversation, sequence_id, prompt, start, end, max_tokens).await,
-            Turns::Http(h) => h.chat(conversation, sequence_id, prompt, start, end, max_tokens).await,
+            Turns::Grpc(g) => g.chat(conversation, sequence_id, prompt, (start, end), max_tokens, id).await,
+            Turns::Http(h) => h.chat(conversation, sequence_id, prompt, (start, end), max_tokens, id).await,
         }
     }
 
@@ -99,6 +100,8 @@ pub struct Done {
     pub answered: Instant,
     pub outcome: Outcome,
     pub sample: Option<Sample>,
+    /// A chat reply's prompt, completion and cached token counts.
+    pub tokens: Option<[i64; 3]>,
 }
 
 impl Conv {
@@ -136,7 +139,7 @@ impl Conv {
                 if !matches!(outcome, Outcome::Answered(_)) {
                     c.failed();
                 }
-                Done { start, sent, answered, outcome, sample: None }
+                Done { start, sent, answered, outcome, sample: None, tokens: None }
             }
             (Conv::Chat(c), Some(setup)) => {
                 let turn = c.next_turn(&setup.template);
@@ -144,14 +147,16 @@ impl Conv {
                 let flags = (turn.start, false);
                 let result = tokio::time::timeout(
                     timeout,
-                    turns.chat(index, c.sequence_id, &turn.prompt, flags, setup.max_tokens),
+                    turns.chat(index, c.sequence_id, &turn.prompt, flags, setup.max_tokens, Some(format!("t{k}"))),
                 )
                 .await;
                 let answered = Instant::now();
+                let mut tokens = None;
                 let (outcome, sample) = match result {
                     Err(_) => (Outcome::Timeout, None),
                     Ok(Err(e)) => (Outcome::Error(e), None),
                     Ok(Ok(reply)) => {
+                        tokens = Some([reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens]);
                         let verdict =
                             setup.tokens(&turn.prompt).and_then(|n| c.answer(&setup.template, &turn, &reply, n)).err();
                         let keep = setup.reference_every > 0 && k.is_multiple_of(setup.reference_every);
@@ -162,7 +167,7 @@ impl Conv {
                 if !matches!(outcome, Outcome::Answered(_)) {
                     c.failed();
                 }
-                Done { start: flags.0, sent, answered, outcome, sample }
+                Done { start: flags.0, sent, answered, outcome, sample, tokens }
             }
             (Conv::Chat(_), None) => unreachable!("a chat conversation without the chat setup"),
         }
@@ -174,7 +179,7 @@ impl Conv {
         match (self, chat) {
             (Conv::Chat(c), Some(setup)) => {
                 let turn = c.next_turn(&setup.template);
-                turns.chat(0, c.sequence_id, &turn.prompt, (false, false), setup.max_tokens).await.map(|_| ())
+                turns.chat(0, c.sequence_id, &turn.prompt, (false, false), setup.max_tokens, None).await.map(|_| ())
             }
             (Conv::Sum(c), _) => turns.turn(0, c.sequence_id, c.next_turn().0, false).await.map(|_| ()),
             (Conv::Chat(_), None) => unreachable!("a chat conversation without the chat setup"),
@@ -203,8 +208,14 @@ pub async fn check_references(
 ) -> References {
     let answers: Vec<(Sample, Result<ChatReply, String>)> =
         futures::stream::iter(samples.into_iter().enumerate().map(|(j, sample)| async move {
-            let call =
-                turns.chat(sample.conversation, id_base + j as u64, &sample.prompt, (true, true), setup.max_tokens);
+            let call = turns.chat(
+                sample.conversation,
+                id_base + j as u64,
+                &sample.prompt,
+                (true, true),
+                setup.max_tokens,
+                None,
+            );
             let answer = match tokio::time::timeout(timeout, call).await {
                 Ok(a) => a,
                 Err(_) => Err(format!("no answer in {timeout:?}")),

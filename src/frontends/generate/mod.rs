@@ -4,7 +4,9 @@
 //! fails before inference gets Triton's JSON error and status; once streaming, the status is the
 //! first response's (an error there sets it) and a later error is an `{"error": ...}` event.
 //! `generate` needs exactly one response from the model. The mapping of fields to inputs and
-//! parameters is in `request`, of responses to JSON in `response`.
+//! parameters is in `request`, of responses to JSON in `response`. A sampled request is traced
+//! as an infer request is (`HTTP_RECV_START` .. `REQUEST_END`, the engine's queue and compute),
+//! its record written when its final response has come.
 
 mod request;
 mod response;
@@ -21,6 +23,7 @@ use crate::frontends::http::body::{check_length, read_body};
 use crate::frontends::http::handlers::{model_and_version, ModelPath};
 use crate::frontends::http::{status_of, HttpResult, HttpState};
 use crate::frontends::request_log::request_span;
+use crate::observe::trace::{ActiveTrace, RemoteParent};
 
 pub const EVENT_STREAM: &str = "text/event-stream; charset=utf-8";
 
@@ -100,6 +103,9 @@ fn path_model(path: &ModelPath) -> String {
 struct Responses {
     rx: mpsc::UnboundedReceiver<Result<InferResponse>>,
     decoupled: bool,
+    /// The request's trace (when sampled), its model version and request id: finished with
+    /// the final response.
+    trace: Option<(ActiveTrace, i64, String)>,
 }
 
 /// Decodes the body, submits it, and hands back where its responses come.
@@ -108,8 +114,16 @@ async fn start(state: &HttpState, path: &ModelPath, req: &HttpRequest, payload: 
     check_length(req, state.max_body_bytes)?;
     // Unknown models are answered before the body is read, as for infer.
     let loaded = state.server.model(&model, version)?;
+    // Sampled once the model is known to exist, as for infer.
+    let trace = crate::observe::trace::manager().sample(&model, RemoteParent::from_http(req.headers()));
+    if let Some(t) = &trace {
+        t.record("HTTP_RECV_START");
+    }
     // A body timeout is answered here as the other refusals of the generate endpoint are (400).
     let body = read_body(payload, state.max_body_bytes).await.map_err(|e| e.error)?;
+    if let Some(t) = &trace {
+        t.record("HTTP_RECV_END");
+    }
     let mut request = request::decode(&model, version, &loaded.handle.policy, &body, state.max_body_bytes)?;
     crate::frontends::forward::forward_headers(
         state.header_forward.as_ref(),
@@ -117,12 +131,26 @@ async fn start(state: &HttpState, path: &ModelPath, req: &HttpRequest, payload: 
         &mut request.parameters,
     )?;
     let span = request_span(&request);
+    if let Some(t) = &trace {
+        t.attach(&mut request);
+        t.record("REQUEST_START");
+    }
+    let request_id = request.id.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     let model = span.in_scope(|| state.server.submit(request, Reply::Stream(tx)))?;
-    Ok(Responses { rx, decoupled: model.handle.policy.decoupled })
+    let trace = trace.map(|t| (t, model.version(), request_id));
+    Ok(Responses { rx, decoupled: model.handle.policy.decoupled, trace })
 }
 
 impl Responses {
+    fn finish_trace(&mut self) {
+        if let Some((t, version, request_id)) = self.trace.take() {
+            t.record("REQUEST_END");
+            t.response_complete();
+            t.finish(version, &request_id);
+        }
+    }
+
     /// The model's next response; `None` once the last has come. A decoupled model's final
     /// flag without outputs is not a response of its own (Triton's flag-only callback).
     async fn next(&mut self) -> Option<Result<InferResponse>> {
@@ -130,11 +158,13 @@ impl Responses {
         match item {
             Ok(r) if self.decoupled && r.is_final && r.outputs.is_empty() && r.parameters.is_empty() => {
                 self.rx.close();
+                self.finish_trace();
                 None
             }
             Ok(r) => {
                 if r.is_final {
                     self.rx.close();
+                    self.finish_trace();
                 }
                 Some(Ok(r))
             }
