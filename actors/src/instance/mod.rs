@@ -230,23 +230,26 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let input_end = Instant::now();
     stamp(&live, trace::COMPUTE_START, compute_start);
     stamp(&live, trace::COMPUTE_INPUT_END, input_end);
-    // A cheap clone (tensor data is shared): the batch's requests move on to their answers.
-    let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
-    let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
-    let single = (requests.len() == 1).then(|| requests[0]);
-    let input = BatchInput {
+    let batch_input = |requests| BatchInput {
         inputs: &merged,
         outputs: &wanted,
         batch_size: total,
-        request: single,
-        requests: &requests,
+        request: (<[&crate::request::InferRequest]>::len(requests) == 1).then(|| requests[0]),
+        requests,
         cancelled: &gone.flags,
     };
 
     if policy.decoupled {
+        // A cheap clone (tensor data is shared): the batch's requests answer while it runs.
+        let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
+        let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
+        let input = batch_input(&requests);
         return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Done::Unreleased);
     }
 
+    // Borrowed from the batch (no clone of each request): the answers go out after the run.
+    let requests: Vec<&crate::request::InferRequest> = live.iter().map(|p| &p.request).collect();
+    let input = batch_input(&requests);
     let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes)));
     drop(gone);
     let infer_end = Instant::now();
