@@ -151,6 +151,16 @@ pub trait Backend: Send {
         Ok(vec![None])
     }
 
+    /// Whether a batch may run on another thread than the instance's own: the thread that
+    /// submitted a lone request to a free instance runs it itself when the instance's recent
+    /// executions were short (no thread wake-up to the instance and back). Only a backend whose
+    /// runtime keeps no per-thread state between runs says yes (ONNX Runtime on the CPU); one
+    /// bound to its thread (a Python process's stub, libtorch's thread-local modes, a CUDA
+    /// stream) keeps the default.
+    fn runs_inline(&self) -> bool {
+        false
+    }
+
     /// Whether it reads `BatchInput::cancelled` (the engine then watches each request's client
     /// while the batch runs).
     fn sees_cancellation(&self) -> bool {

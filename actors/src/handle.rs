@@ -173,7 +173,19 @@ impl ModelHandle {
 
     /// Validates and queues a request; its answer comes on `reply`. An error here means the
     /// request was not queued (and `reply` was dropped unanswered).
-    pub fn submit(&self, mut request: InferRequest, reply: Reply) -> Result<()> {
+    pub fn submit(&self, request: InferRequest, reply: Reply) -> Result<()> {
+        self.submit_with(request, reply, false)
+    }
+
+    /// `submit`, for a caller that awaits the answer at once (a frontend's unary request): a
+    /// lone request that finds an instance free, nothing queued and a backend that allows it
+    /// runs on this thread, answered before this returns (`instance::Claim`), instead of waking
+    /// the instance's thread for it and this one again for the answer.
+    pub fn submit_here(&self, request: InferRequest, reply: Reply) -> Result<()> {
+        self.submit_with(request, reply, true)
+    }
+
+    fn submit_with(&self, mut request: InferRequest, reply: Reply, inline: bool) -> Result<()> {
         // A request that fails validation never reaches the model: Triton counts it in no
         // statistic and no failure reason.
         validate_request(&self.policy, &mut request)?;
@@ -213,11 +225,20 @@ impl ModelHandle {
         self.stats.pending.fetch_add(1, Relaxed);
         self.figures.submitted();
         // Nothing queued and an instance free: straight to it, on this thread (the lane).
-        let pending = match self.scheduler.lane.route(pending) {
+        let mut route = self.scheduler.lane.route(pending, inline);
+        while let Route::Inline(claim, pending) = route {
+            match claim.run(pending) {
+                None => return Ok(()),
+                // The instance ended meanwhile (no longer free): the request goes on elsewhere.
+                Some(pending) => route = self.scheduler.lane.route(pending, inline),
+            }
+        }
+        let pending = match route {
             Route::Direct { instance, items, waited } => {
                 self.figures.scheduler.direct(items, waited, instance);
                 return Ok(());
             }
+            Route::Inline(..) => unreachable!("run above"),
             Route::Scheduler(pending) => pending,
             // In the sequence batcher: an instance or the sequence actor takes it on.
             Route::Queued => {
@@ -247,7 +268,7 @@ impl ModelHandle {
     /// Runs one request and waits for its single response.
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
         let (reply, rx) = Reply::once();
-        self.submit(request, reply)?;
+        self.submit_here(request, reply)?;
         rx.await.map_err(|_| Error::internal(format!("model '{}' dropped the request", self.policy.name)))?
     }
 

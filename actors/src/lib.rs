@@ -41,6 +41,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use exit::{ExitCause, InstanceExit};
 pub use handle::{Engine, ModelHandle, Shared};
 pub use instance::early::EarlyReply;
+pub use instance::INLINE_MAX_COMPUTE;
 pub use policy::{
     ControlKind, ControlSpec, DynamicBatchPolicy, InitialState, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy,
     SequencePolicy, SequenceStrategy, StateSpec, TimeoutAction, WarmupSample,

@@ -8,6 +8,8 @@
 //! ```text
 //! ModelHandle --Enqueue--> scheduler --InstanceMsg::Execute--> instance
 //! ModelHandle --InstanceMsg::Execute--> instance (the direct lane: nothing queued, one free)
+//! ModelHandle runs a lone request on a free instance's backend itself (`instance::Claim`),
+//!   then --InstanceMsg::Pull / Exit--> instance when work waits or the instance must end
 //! instance --InstanceIdle (and the requests to run again)--> scheduler (unless it freed
 //!   itself in the lane with no work waiting)
 //! instance --InstanceReady / InstanceExited--> supervisor
@@ -17,6 +19,7 @@
 //! ```
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix::Message;
@@ -25,6 +28,7 @@ use tokio::sync::oneshot;
 use crate::cache::CacheMiss;
 use crate::error::{Error, ErrorKind};
 use crate::exit::InstanceExit;
+use crate::instance::InstanceCore;
 use crate::mailbox::Sender;
 use crate::request::{InferRequest, Reply};
 use crate::sequence::state::SequenceTicket;
@@ -84,6 +88,12 @@ pub enum Next {
 /// The instance actor's mailbox.
 pub(crate) enum InstanceMsg {
     Execute(Vec<Pending>),
+    /// A lone request ran on its submitter's thread (`instance::Claim`) and work waits: take
+    /// the next batch from the batcher.
+    Pull,
+    /// A lone request ran on its submitter's thread and the instance cannot go on (its
+    /// backend panicked or failed its health check): end so.
+    Exit(InstanceExit),
     Shutdown,
 }
 
@@ -115,6 +125,8 @@ pub(crate) struct InstanceUp {
     pub index: usize,
     pub generation: u64,
     pub mailbox: Sender<InstanceMsg>,
+    /// Its backend, for a submitter to run a lone request on (`instance::Claim`), if it allows.
+    pub inline: Option<Arc<InstanceCore>>,
 }
 
 /// From the supervisor: an instance died; its batch was already answered.
@@ -139,6 +151,7 @@ pub(crate) struct InstanceReady {
     pub index: usize,
     pub generation: u64,
     pub mailbox: Sender<InstanceMsg>,
+    pub inline: Option<Arc<InstanceCore>>,
 }
 
 /// From an instance thread: it ended, and how.

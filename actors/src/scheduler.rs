@@ -309,7 +309,7 @@ impl<Q: Queue> Handler<InstanceUp> for Scheduler<Q> {
             let _ = m.mailbox.send(InstanceMsg::Shutdown);
             return;
         }
-        self.lane.turn().up(m.index, m.generation, m.mailbox.clone());
+        self.lane.turn().up(m.index, m.generation, m.mailbox.clone(), m.inline);
         self.slots[m.index] = Slot { mailbox: Some(m.mailbox), generation: m.generation };
         self.pump(ctx);
     }

@@ -130,7 +130,12 @@ impl Handler<InstanceReady> for Supervisor {
         member.failed_starts = 0;
         // The scheduler hears first: whoever sees the figure after this finds the instance's
         // InstanceUp already ahead of its own requests in the scheduler's mailbox.
-        self.scheduler.up.do_send(InstanceUp { index: m.index, generation: m.generation, mailbox: m.mailbox });
+        self.scheduler.up.do_send(InstanceUp {
+            index: m.index,
+            generation: m.generation,
+            mailbox: m.mailbox,
+            inline: m.inline,
+        });
         self.figures.supervisor.alive(m.index, true);
         if self.loading.is_some() && self.members.iter().all(|m| m.alive) {
             let _ = self.loading.take().unwrap().send(Ok(()));

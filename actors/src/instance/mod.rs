@@ -2,11 +2,14 @@
 //! time. It merges the batch's inputs, calls its backend for one outcome per request (the
 //! backend splits batched outputs, or answers request by request), answers each request, and
 //! stamps the timings that statistics read. A backend panic fails the batch and ends the actor;
-//! the supervisor starts a new one.
+//! the supervisor starts a new one. Where its backend allows it, a lone request may run on the
+//! thread that submitted it instead (`inline`): the same `InstanceCore::step` runs the batch
+//! either way.
 
 mod decoupled;
 pub(crate) mod early;
 mod gone;
+mod inline;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
@@ -15,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use actix::Recipient;
 
+use self::inline::Step;
+pub use self::inline::INLINE_MAX_COMPUTE;
+pub(crate) use self::inline::{Claim, InstanceCore};
 use crate::backend::{self, Backend, BackendFactory, BatchInput, InstanceSpec};
 use crate::batch::merge_inputs;
 use crate::error::{Error, Result};
@@ -71,9 +77,10 @@ impl InstanceActor {
     /// and `InstanceExited` with how it ended.
     pub fn spawn(self) {
         let name = format!("inst-{}", self.spec.name);
+        let env = Arc::new(self);
         let result = std::thread::Builder::new().name(name).spawn(move || {
-            let exit = run(&self);
-            self.exited.do_send(InstanceExited { index: self.spec.index, generation: self.generation, exit });
+            let exit = run(&env);
+            env.exited.do_send(InstanceExited { index: env.spec.index, generation: env.generation, exit });
         });
         if let Err(e) = result {
             tracing::error!("could not start an instance thread: {e}");
@@ -99,7 +106,7 @@ fn pin_to(cores: &[usize], instance: &str) {
     }
 }
 
-fn run(env: &InstanceActor) -> InstanceExit {
+fn run(env: &Arc<InstanceActor>) -> InstanceExit {
     let idx = env.spec.index;
     pin_to(&env.spec.cpu_cores, &env.spec.name);
     let created = catch_unwind(AssertUnwindSafe(|| env.factory.create(&env.spec)));
@@ -122,59 +129,43 @@ fn run(env: &InstanceActor) -> InstanceExit {
             return InstanceExit::LoadFailed(e);
         }
     }
+    let inline = InstanceCore::may_inline(env, backend.as_ref());
+    let core = Arc::new(InstanceCore::new(Arc::clone(env), backend));
     let (tx, rx): (Sender<InstanceMsg>, Receiver<InstanceMsg>) = mailbox();
-    env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx });
+    let shared = inline.then(|| Arc::clone(&core));
+    env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx, inline: shared });
+    let exit = serve(env, &core, &rx);
+    // The backend ends on the instance's own thread, after any run that holds it.
+    core.drop_backend();
+    exit
+}
+
+/// The instance's loop: runs what its mailbox brings until it is told to stop or must end.
+fn serve(env: &InstanceActor, core: &InstanceCore, rx: &Receiver<InstanceMsg>) -> InstanceExit {
     while let Ok(msg) = rx.recv() {
-        let mut batch = match msg {
+        let batch = match msg {
             InstanceMsg::Shutdown => return InstanceExit::Stopped,
+            // A lone request ran on its submitter's thread and could not go on.
+            InstanceMsg::Exit(exit) => return exit,
+            // A lone request ran on its submitter's thread, and work waits.
+            InstanceMsg::Pull => match pull_next(env) {
+                Some(batch) => batch,
+                None => continue,
+            },
             InstanceMsg::Execute(batch) => batch,
         };
+        let mut held = core.backend.lock();
+        let Some(backend) = held.as_mut() else { return InstanceExit::Stopped };
         // One batch, then the next one the instance pulls itself while requests wait.
+        let mut batch = batch;
         loop {
-            // With the rate limiter on, the batch waits here for the instance's resources and
-            // turn; they are given back once its requests are answered.
-            env.figures.instance(idx).took(batch.iter().map(|p| p.batch_size).sum());
-            let grant = env.limiter.as_ref().map(|(limiter, member)| limiter.acquire(*member));
-            let started = Instant::now();
-            let outcome = match catch_unwind(AssertUnwindSafe(|| execute(env, backend.as_mut(), batch))) {
-                Ok(r) => r,
-                Err(p) => Err(format!("instance '{}' panicked: {}", env.spec.name, panic_message(&*p))),
-            };
-            env.figures.instance(idx).busy(started.elapsed());
-            drop(grant);
-            let done = match outcome {
-                Ok(done) => done,
-                Err(reason) => {
-                    // The batch's requests were answered inside `execute` when the backend
-                    // panicked; this instance's state is unknown now, so it ends here.
-                    drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
-                    return InstanceExit::Panicked(reason);
-                }
-            };
-            let health = catch_unwind(AssertUnwindSafe(|| backend.health()))
-                .unwrap_or_else(|p| Err(Error::internal(format!("health check panicked: {}", panic_message(&*p)))));
-            if let Err(e) = health {
-                // The batch was answered; the instance cannot serve more, so it ends here.
-                // Requests handed back to run again go on in their sequences (on the instance
-                // that replaces this one).
-                if let Done::Unreleased(rescheduled) = done {
-                    if !rescheduled.is_empty() {
-                        // Not free: it ends here, and a batch sent to it would be lost.
-                        let (generation, release) = (env.generation, false);
-                        env.idle.do_send(InstanceIdle { index: idx, generation, rescheduled, release });
-                    }
-                }
-                drop(catch_unwind(AssertUnwindSafe(move || drop(backend))));
-                return InstanceExit::BackendFailed(e);
-            }
-            let pull = match done {
-                Done::Unreleased(rescheduled) => free(env, rescheduled),
-                Done::Released => false,
-                Done::Pull => true,
-            };
-            match pull.then(|| pull_next(env)).flatten() {
-                Some(next) => batch = next,
-                None => break,
+            match core.step(backend.as_mut(), batch) {
+                Step::Free => break,
+                Step::Pull => match pull_next(env) {
+                    Some(next) => batch = next,
+                    None => break,
+                },
+                Step::Exit(exit) => return exit,
             }
         }
     }
@@ -241,33 +232,41 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     let input_end = Instant::now();
     stamp(&live, trace::COMPUTE_START, compute_start);
     stamp(&live, trace::COMPUTE_INPUT_END, input_end);
-    // A cheap clone (tensor data is shared): the batch's requests move on to their answers.
-    let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
-    let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
-    let single = (requests.len() == 1).then(|| requests[0]);
-    let mut input = BatchInput {
+    let batch_input = |requests| BatchInput {
         inputs: &merged,
         outputs: &wanted,
         batch_size: total,
-        request: single,
-        requests: &requests,
+        request: (<[&crate::request::InferRequest]>::len(requests) == 1).then(|| requests[0]),
+        requests,
         cancelled: &gone.flags,
         early: &[],
     };
 
     if policy.decoupled {
+        // A cheap clone (tensor data is shared): the batch's requests answer while it runs.
+        let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
+        let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
+        let input = batch_input(&requests);
         return decoupled::execute(env, backend, live, input, compute_start, input_end).map(Done::Unreleased);
     }
 
-    // A backend that answers from inside `execute` gets the replies it may answer so.
     let n = live.len();
-    let (held, lent) = if backend.answers_early() {
-        early::lend(live, stats, &policy.name, policy.version)
+    let (result, held) = if backend.answers_early() {
+        // A backend that answers from inside `execute` gets the replies it may answer so; the
+        // requests move into their lent replies, so the backend sees cheap clones of them
+        // (tensor data is shared).
+        let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
+        let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
+        let (held, lent) = early::lend(live, stats, &policy.name, policy.version);
+        let input = BatchInput { early: &lent, ..batch_input(&requests) };
+        (catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes))), held)
     } else {
-        (live.into_iter().map(early::Held::Kept).collect(), Vec::new())
+        // Borrowed from the batch (no clone of each request): the answers go out after the run.
+        let requests: Vec<&crate::request::InferRequest> = live.iter().map(|p| &p.request).collect();
+        let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(batch_input(&requests), &sizes)));
+        drop(requests);
+        (result, live.into_iter().map(early::Held::Kept).collect())
     };
-    input.early = &lent;
-    let result = catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes)));
     drop(gone);
     let infer_end = Instant::now();
     // The requests come back, each with its index in the batch; those answered early are

@@ -36,6 +36,7 @@ use parking_lot::Mutex;
 use crate::batcher::Batcher;
 use crate::clock::SharedClock;
 use crate::error::Error;
+use crate::instance::{Claim, InstanceCore};
 use crate::mailbox::Sender;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::protocol::{InstanceMsg, Next, Pending, Pump, Refused};
@@ -63,6 +64,9 @@ pub(crate) struct Lane {
 struct State {
     /// Each instance slot's live mailbox and its generation (none while it is down).
     slots: Vec<Option<(u64, Sender<InstanceMsg>)>>,
+    /// Beside each slot: the instance's backend, where a submitter may run a lone request on
+    /// it (`instance::Claim`).
+    inline: Vec<Option<Arc<InstanceCore>>>,
     /// Free instance slots, the most recently freed last (its caches are the warmest).
     free: Vec<usize>,
     /// Requests sent to the scheduler that it has not read yet.
@@ -121,6 +125,9 @@ pub(crate) enum Route {
         waited: Duration,
     },
     Scheduler(Pending),
+    /// Claimed for the caller to run on its own thread (`Claim::run`); if that finds the
+    /// instance ended, the request is routed again.
+    Inline(Claim, Pending),
     /// In the sequence batcher: an instance, or the scheduler, takes it on from there.
     Queued,
     /// The sequence batcher refused it (to be failed by the submitter).
@@ -148,6 +155,7 @@ impl Lane {
             clock,
             state: Mutex::new(State {
                 slots: (0..policy.instances.len()).map(|_| None).collect(),
+                inline: (0..policy.instances.len()).map(|_| None).collect(),
                 free: Vec::new(),
                 in_flight: 0,
                 queued: 0,
@@ -164,8 +172,9 @@ impl Lane {
 
     /// Hands `p` to a free instance when nothing is queued and no delay applies; else counts it
     /// as on its way to the scheduler and gives it back to be sent there (`unsent` if that
-    /// send fails).
-    pub fn route(&self, p: Pending) -> Route {
+    /// send fails). With `inline`, a free instance whose backend allows it and whose recent
+    /// executions were short is claimed for the caller to run `p` on itself (`Route::Inline`).
+    pub fn route(&self, p: Pending, inline: bool) -> Route {
         let mut p = p;
         if let Some(sequence) = &self.sequence {
             return self.route_sequence(sequence, p);
@@ -183,7 +192,11 @@ impl Lane {
                     return Route::Scheduler(p);
                 };
                 let Some((_, mailbox)) = s.slots[index].clone() else { continue };
+                let core = s.inline[index].as_ref().filter(|c| inline && c.short()).cloned();
                 drop(s);
+                if let Some(core) = core {
+                    return Route::Inline(Claim { instance: index, core, mailbox }, p);
+                }
                 // A free instance waits on an empty mailbox: the send fails only when it ended
                 // meanwhile (the supervisor tells the scheduler); the request tries again.
                 let items = p.batch_size;
@@ -301,8 +314,15 @@ impl Turn<'_> {
     }
 
     /// An instance (re)started: free, with its mailbox.
-    pub fn up(&mut self, index: usize, generation: u64, mailbox: Sender<InstanceMsg>) {
+    pub fn up(
+        &mut self,
+        index: usize,
+        generation: u64,
+        mailbox: Sender<InstanceMsg>,
+        inline: Option<Arc<InstanceCore>>,
+    ) {
         self.s.slots[index] = Some((generation, mailbox));
+        self.s.inline[index] = inline;
         if !self.s.free.contains(&index) {
             self.s.free.push(index);
         }
@@ -311,6 +331,7 @@ impl Turn<'_> {
     /// An instance ended (or was lost on a send).
     pub fn down(&mut self, index: usize) {
         self.s.slots[index] = None;
+        self.s.inline[index] = None;
         self.s.free.retain(|&i| i != index);
     }
 
@@ -336,6 +357,9 @@ impl Turn<'_> {
         self.s.free.clear();
         for slot in &mut self.s.slots {
             *slot = None;
+        }
+        for core in &mut self.s.inline {
+            *core = None;
         }
     }
 }
@@ -389,7 +413,7 @@ mod tests {
         let mut inboxes = Vec::new();
         for i in 0..p.instances.len() {
             let (tx, rx) = mailbox();
-            lane.turn().up(i, 1, tx);
+            lane.turn().up(i, 1, tx, None);
             inboxes.push(rx);
         }
         (lane, inboxes)
@@ -398,33 +422,33 @@ mod tests {
     fn direct(r: Route) -> Option<usize> {
         match r {
             Route::Direct { instance, .. } => Some(instance),
-            Route::Scheduler(_) | Route::Queued | Route::Refused(_) => None,
+            Route::Scheduler(_) | Route::Inline(..) | Route::Queued | Route::Refused(_) => None,
         }
     }
 
     #[test]
     fn a_request_goes_straight_to_a_free_instance_when_nothing_is_queued() {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
-        assert_eq!(direct(lane.route(pending())), Some(0));
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
         assert!(matches!(inboxes[0].try_recv(), Ok(InstanceMsg::Execute(b)) if b.len() == 1));
         // The instance is busy now: the next request goes to the scheduler.
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
     }
 
     #[test]
     fn requests_on_their_way_to_the_scheduler_or_queued_there_keep_the_lane_shut() {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 2));
-        assert_eq!(direct(lane.route(pending())), Some(1));
+        assert_eq!(direct(lane.route(pending(), false)), Some(1));
         inboxes[1].try_recv().unwrap();
         // Both free again, but a request is on its way to the scheduler: later ones follow it.
         lane.turn().release(1, 1);
         lane.state.lock().in_flight += 1;
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         // The scheduler read both and queues one of them.
         lane.turn().publish(1, 2);
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         lane.turn().publish(0, 1);
-        assert_eq!(direct(lane.route(pending())), Some(1));
+        assert_eq!(direct(lane.route(pending(), false)), Some(1));
     }
 
     #[test]
@@ -432,7 +456,7 @@ mod tests {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
         drop(inboxes);
         // The instance ended: the request goes to the scheduler, counted until it reads it.
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         assert_eq!(lane.state.lock().in_flight, 1);
         lane.unsent();
         assert_eq!(lane.state.lock().in_flight, 0);
@@ -442,13 +466,13 @@ mod tests {
     fn with_a_batching_delay_a_request_goes_direct_only_while_nothing_runs() {
         let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Dynamic(dynamic), 2));
-        assert!(direct(lane.route(pending())).is_some());
+        assert!(direct(lane.route(pending(), false)).is_some());
         // One instance runs: the batcher would let the next request wait for company.
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         let no_delay = DynamicBatchPolicy { max_queue_delay: Duration::ZERO, ..Default::default() };
         let (lane, _inboxes) = self::lane(&policy(SchedulerPolicy::Dynamic(no_delay), 2));
-        assert!(direct(lane.route(pending())).is_some());
-        assert!(direct(lane.route(pending())).is_some());
+        assert!(direct(lane.route(pending(), false)).is_some());
+        assert!(direct(lane.route(pending(), false)).is_some());
     }
 
     #[test]
@@ -464,29 +488,29 @@ mod tests {
             iterative: false,
         };
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Sequence(seq), 1));
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         assert_eq!(lane.finish(0, 1).0, Finish::Scheduler);
         let mut decoupled = policy(SchedulerPolicy::Direct, 1);
         decoupled.decoupled = true;
         let (lane, _inboxes) = self::lane(&decoupled);
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
     }
 
     #[test]
     fn a_draining_model_takes_no_direct_request() {
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
         lane.turn().close();
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
     }
 
     #[test]
     fn an_instance_with_nothing_waiting_frees_itself_without_a_message() {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
-        assert_eq!(direct(lane.route(pending())), Some(0));
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
         inboxes[0].try_recv().unwrap();
         assert_eq!(lane.finish(0, 1).0, Finish::Freed);
         assert!(lane.turn().all_free());
-        assert_eq!(direct(lane.route(pending())), Some(0));
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
         // A stale generation (the instance was restarted) is not the lane's to free.
         assert_eq!(lane.finish(0, 7).0, Finish::Scheduler);
         assert!(matches!(lane.pull(0, 7), (Pulled::NotMine, _)));
@@ -498,11 +522,11 @@ mod tests {
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
         let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock));
         let (tx, _rx) = mailbox();
-        lane.turn().up(0, 1, tx);
-        assert_eq!(direct(lane.route(pending())), Some(0));
+        lane.turn().up(0, 1, tx, None);
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
         // Two requests reach the scheduler while the instance runs; it queues them.
         for _ in 0..2 {
-            let Route::Scheduler(p) = lane.route(pending()) else { panic!("the instance is busy") };
+            let Route::Scheduler(p) = lane.route(pending(), false) else { panic!("the instance is busy") };
             batcher.lock().push(p).unwrap();
         }
         lane.turn().publish(2, 2);
@@ -520,11 +544,11 @@ mod tests {
     #[test]
     fn an_instance_tells_the_scheduler_when_requests_are_on_their_way_or_the_model_drains() {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
-        assert_eq!(direct(lane.route(pending())), Some(0));
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
         inboxes[0].try_recv().unwrap();
         // On its way to the scheduler, not in the batcher yet: the instance is free and the
         // scheduler must hear it.
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
         assert!(lane.turn().all_free());
@@ -547,9 +571,9 @@ mod tests {
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
         let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock));
         let (tx, _rx) = mailbox();
-        lane.turn().up(0, 1, tx);
-        assert_eq!(direct(lane.route(pending())), Some(0));
-        let Route::Scheduler(mut late) = lane.route(pending()) else { panic!("the instance is busy") };
+        lane.turn().up(0, 1, tx, None);
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
+        let Route::Scheduler(mut late) = lane.route(pending(), false) else { panic!("the instance is busy") };
         late.enqueued -= Duration::from_millis(5);
         batcher.lock().push(late).unwrap();
         lane.turn().publish(1, 1);
@@ -563,7 +587,7 @@ mod tests {
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Direct, 2));
         lane.turn().down(1);
         lane.turn().down(0);
-        assert_eq!(direct(lane.route(pending())), None);
+        assert_eq!(direct(lane.route(pending(), false)), None);
         assert!(lane.turn().free().is_empty());
     }
 }

@@ -214,7 +214,7 @@ mod tests {
         let batcher = Arc::new(Mutex::new(SequenceBatcher::new(p, seq, figures, clock.clone())));
         let lane = Lane::new(p, None, Some(batcher.clone()), clock);
         let (tx, rx) = mailbox();
-        lane.turn().up(0, 1, tx);
+        lane.turn().up(0, 1, tx, None);
         (lane, batcher, rx)
     }
 
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn a_request_whose_sequence_holds_a_slot_on_an_idle_instance_goes_straight_to_it() {
         let (lane, _, rx) = lane(&policy(1));
-        assert!(matches!(lane.route(request(7, 1, true)), Route::Direct { instance: 0, items: 1, .. }));
+        assert!(matches!(lane.route(request(7, 1, true), false), Route::Direct { instance: 0, items: 1, .. }));
         assert_eq!(executed(&rx), [1]);
         assert!(lane.turn().free().is_empty(), "the instance is taken");
     }
@@ -241,11 +241,11 @@ mod tests {
     #[test]
     fn requests_queued_behind_a_running_one_run_in_order_pulled_by_the_instance() {
         let (lane, _, rx) = lane(&policy(1));
-        assert!(matches!(lane.route(request(7, 1, true)), Route::Direct { .. }));
+        assert!(matches!(lane.route(request(7, 1, true), false), Route::Direct { .. }));
         assert_eq!(executed(&rx), [1]);
         // The sequence runs: its next requests wait in the batcher, the actor not needed.
-        assert!(matches!(lane.route(request(7, 2, false)), Route::Queued));
-        assert!(matches!(lane.route(request(7, 3, false)), Route::Queued));
+        assert!(matches!(lane.route(request(7, 2, false), false), Route::Queued));
+        assert!(matches!(lane.route(request(7, 3, false), false), Route::Queued));
         let (finish, failed) = lane.finish(0, 1);
         assert_eq!((finish, failed.len()), (Finish::Pull, 0));
         let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("the next request waits") };
@@ -256,21 +256,21 @@ mod tests {
         // Nothing left: free without a word to anyone, and the next request goes direct.
         assert_eq!(lane.finish(0, 1).0, Finish::Freed);
         assert!(lane.turn().all_free());
-        assert!(matches!(lane.route(request(7, 4, false)), Route::Direct { .. }));
+        assert!(matches!(lane.route(request(7, 4, false), false), Route::Direct { .. }));
         assert_eq!(executed(&rx), [4]);
     }
 
     #[test]
     fn a_sequence_without_a_free_slot_waits_in_the_backlog_until_one_ends() {
         let (lane, batcher, rx) = lane(&policy(1));
-        assert!(matches!(lane.route(request(1, 10, true)), Route::Direct { .. }));
+        assert!(matches!(lane.route(request(1, 10, true), false), Route::Direct { .. }));
         assert_eq!(executed(&rx), [10]);
         // Sequence 2 has no slot (one slot, held by sequence 1 until it ends or idles out).
-        assert!(matches!(lane.route(request(2, 20, true)), Route::Queued));
+        assert!(matches!(lane.route(request(2, 20, true), false), Route::Queued));
         assert_eq!(lane.finish(0, 1).0, Finish::Freed);
         let mut end = request(1, 11, false);
         end.request.sequence.as_mut().unwrap().end = true;
-        assert!(matches!(lane.route(end), Route::Direct { .. }));
+        assert!(matches!(lane.route(end, false), Route::Direct { .. }));
         assert_eq!(executed(&rx), [11]);
         // Sequence 1 ended: its slot goes to sequence 2, which the instance takes next.
         assert_eq!(lane.finish(0, 1).0, Finish::Pull);
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn a_request_the_batcher_refuses_comes_back_to_its_submitter() {
         let (lane, _, _rx) = lane(&policy(1));
-        let Route::Refused(refused) = lane.route(request(9, 1, false)) else { panic!("no START: refused") };
+        let Route::Refused(refused) = lane.route(request(9, 1, false), false) else { panic!("no START: refused") };
         assert!(refused.1.message.contains(crate::sequence::NO_START), "{}", refused.1.message);
     }
 
@@ -290,22 +290,22 @@ mod tests {
     fn while_the_model_drains_or_a_request_is_on_its_way_to_the_actor_requests_follow_it() {
         let (lane, _, _rx) = lane(&policy(1));
         lane.turn().close();
-        assert!(matches!(lane.route(request(7, 1, true)), Route::Scheduler(_)));
+        assert!(matches!(lane.route(request(7, 1, true), false), Route::Scheduler(_)));
         let (lane, _, _rx) = self::lane(&policy(1));
         lane.state.lock().in_flight = 1;
-        assert!(matches!(lane.route(request(7, 1, true)), Route::Scheduler(_)));
+        assert!(matches!(lane.route(request(7, 1, true), false), Route::Scheduler(_)));
     }
 
     #[test]
     fn an_instance_that_ended_gives_its_batch_back_to_its_sequences() {
         let (lane, batcher, rx) = lane(&policy(1));
         drop(rx);
-        assert!(matches!(lane.route(request(7, 1, true)), Route::Queued));
+        assert!(matches!(lane.route(request(7, 1, true), false), Route::Queued));
         assert!(lane.turn().free().is_empty(), "the ended instance is not free");
         // The request waits at the head of its sequence for the instance's successor.
         assert_eq!(batcher.lock().len(), 1);
         let (tx, rx) = mailbox();
-        lane.turn().up(0, 2, tx);
+        lane.turn().up(0, 2, tx, None);
         let Next::Batch(b) = batcher.lock().next(0, Instant::now()) else { panic!("ready again") };
         assert_eq!(inputs(&b), [1]);
         drop(rx);

@@ -168,11 +168,14 @@ impl OnnxFactory {
 impl BackendFactory for OnnxFactory {
     fn create(&self, instance: &InstanceSpec) -> Result<Box<dyn Backend>> {
         let providers = self.options.gpu.providers(&self.model, instance)?;
+        // On the CPU a session's run keeps nothing per thread: a lone request may run on the
+        // thread that submitted it. A GPU session stays on its instance's thread (its stream).
+        let inline = providers.is_empty();
         let session = open(&self.file, &self.options, providers)?;
         let inputs =
             session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
         let outputs = session.outputs().iter().map(|o| o.name().to_string()).collect();
-        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs, outputs }))
+        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs, outputs, inline }))
     }
 }
 
@@ -182,6 +185,8 @@ struct OnnxBackend {
     inputs: Vec<OnnxIo>,
     /// The model file's output names, in its order.
     outputs: Vec<String>,
+    /// Runs on the CPU only: a batch may run on another thread than the instance's.
+    inline: bool,
 }
 
 impl OnnxBackend {
@@ -209,6 +214,10 @@ impl OnnxBackend {
 }
 
 impl Backend for OnnxBackend {
+    fn runs_inline(&self) -> bool {
+        self.inline
+    }
+
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
         let mut values: Vec<(&str, SessionInputValue<'_>)> = Vec::with_capacity(batch.inputs.len());
         for tensor in batch.inputs {

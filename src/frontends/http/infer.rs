@@ -79,6 +79,9 @@ pub async fn infer_model(
         // A client that leaves takes its request with it (out of the queue, or its result).
         let peer = req.conn_data::<super::disconnect::Peer>();
         let answer = tokio::select! {
+            // The request first: one run on this thread (a lone request) is answered at its
+            // first poll, before the watch's timer is ever set.
+            biased;
             answer = run(state, request, &plan, trace, routed) => answer,
             () = super::disconnect::closed(peer) => {
                 tracing::debug!("HTTP client closed the connection; its request is dropped");
