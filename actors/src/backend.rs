@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::request::{InferRequest, InferResponse};
+use crate::request::InferRequest;
 use crate::tensor::Tensor;
 
 /// Where and how an instance runs, from `instance_group`.
@@ -72,8 +72,20 @@ pub struct BatchInput<'a> {
     /// the reply of each request it may answer before `execute_each` returns (`None` where the
     /// engine must see the answer first); empty where the caller lends none. A request answered
     /// through it is done: its outcome from `execute_each` is ignored.
-    pub early: &'a [Option<crate::instance::early::EarlyReply>],
+    pub early: &'a [Option<EarlyReply>],
 }
+
+/// A request's reply lent to a backend that [`Backend::answers_early`], while its batch runs
+/// (the engine's side is the instance's `early` module).
+pub trait AnswerEarly: Send + Sync {
+    /// Answers the request now with its final response: its outputs (those the request asked
+    /// for go out) or an error. True when this was the answer; false when the request was
+    /// answered already or its batch is over (then the caller's answer goes nowhere).
+    fn answer(&self, outcome: Result<Vec<Tensor>>) -> bool;
+}
+
+/// A lent reply ([`AnswerEarly`]): cheap to clone, usable from any thread.
+pub type EarlyReply = Arc<dyn AnswerEarly>;
 
 impl<'a> BatchInput<'a> {
     /// A batch with no requests behind it (a backend's own steps and tests): `inputs` as they
@@ -92,7 +104,7 @@ impl std::fmt::Debug for BatchInput<'_> {
             .field("request", &self.request)
             .field("requests", &self.requests)
             .field("cancelled", &self.cancelled)
-            .field("early", &self.early)
+            .field("early", &self.early.iter().filter(|e| e.is_some()).count())
             .finish()
     }
 }
@@ -249,18 +261,7 @@ where
     }
 }
 
-/// Builds a response for one request from its outputs (used by the instance actor).
-pub(crate) fn response(id: &str, model: &str, version: i64, outputs: Vec<Tensor>, is_final: bool) -> InferResponse {
-    InferResponse {
-        id: id.to_string(),
-        model: model.to_string(),
-        version,
-        outputs,
-        parameters: Default::default(),
-        is_final,
-        times: None,
-    }
-}
+pub(crate) use crate::request::response;
 
 #[cfg(test)]
 mod report_tests {

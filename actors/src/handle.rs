@@ -179,7 +179,7 @@ impl ModelHandle {
 
     /// `submit`, for a caller that awaits the answer at once (a frontend's unary request): a
     /// lone request that finds an instance free, nothing queued and a backend that allows it
-    /// runs on this thread, answered before this returns (`instance::Claim`), instead of waking
+    /// runs on this thread, answered before this returns (`lane::Claim`), instead of waking
     /// the instance's thread for it and this one again for the answer.
     pub fn submit_here(&self, request: InferRequest, reply: Reply) -> Result<()> {
         self.submit_with(request, reply, true)

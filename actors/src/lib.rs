@@ -36,11 +36,12 @@ pub mod trace;
 pub mod validate;
 mod warmup;
 
-pub use backend::{Backend, BackendFactory, BackendReport, BatchInput, InstanceKind, InstanceSpec};
+pub use backend::{
+    AnswerEarly, Backend, BackendFactory, BackendReport, BatchInput, EarlyReply, InstanceKind, InstanceSpec,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use exit::{ExitCause, InstanceExit};
 pub use handle::{Engine, ModelHandle, Shared};
-pub use instance::early::EarlyReply;
 pub use instance::INLINE_MAX_COMPUTE;
 pub use policy::{
     ControlKind, ControlSpec, DynamicBatchPolicy, InitialState, IoSpec, ModelPolicy, QueuePolicy, SchedulerPolicy,

@@ -8,7 +8,7 @@
 //! ```text
 //! ModelHandle --Enqueue--> scheduler --InstanceMsg::Execute--> instance
 //! ModelHandle --InstanceMsg::Execute--> instance (the direct lane: nothing queued, one free)
-//! ModelHandle runs a lone request on a free instance's backend itself (`instance::Claim`),
+//! ModelHandle runs a lone request on a free instance's backend itself (`lane::Claim`),
 //!   then --InstanceMsg::Pull / Exit--> instance when work waits or the instance must end
 //! instance --InstanceIdle (and the requests to run again)--> scheduler (unless it freed
 //!   itself in the lane with no work waiting)
@@ -28,7 +28,6 @@ use tokio::sync::oneshot;
 use crate::cache::CacheMiss;
 use crate::error::{Error, ErrorKind};
 use crate::exit::InstanceExit;
-use crate::instance::InstanceCore;
 use crate::mailbox::Sender;
 use crate::request::{InferRequest, Reply};
 use crate::sequence::state::SequenceTicket;
@@ -88,7 +87,7 @@ pub enum Next {
 /// The instance actor's mailbox.
 pub(crate) enum InstanceMsg {
     Execute(Vec<Pending>),
-    /// A lone request ran on its submitter's thread (`instance::Claim`) and work waits: take
+    /// A lone request ran on its submitter's thread (`lane::Claim`) and work waits: take
     /// the next batch from the batcher.
     Pull,
     /// A lone request ran on its submitter's thread and the instance cannot go on (its
@@ -118,6 +117,18 @@ pub struct InstanceIdle {
     pub release: bool,
 }
 
+/// An instance's backend as the lane lends it to the thread that submitted a lone request
+/// (the instance's `InstanceCore`, `instance::inline`): the lane and the messages know it by
+/// this, so they need not know the instance.
+pub(crate) trait RunHere: Send + Sync {
+    /// Whether the recent executions were short enough to run on a submitter's thread.
+    fn short(&self) -> bool;
+    /// Runs `p` on the calling thread, on the instance `index` the lane gave the caller (its
+    /// mailbox is where the instance's thread hears what only it may do next); gives the
+    /// request back unrun if the instance ended meanwhile.
+    fn run(&self, index: usize, mailbox: &Sender<InstanceMsg>, p: Pending) -> Option<Pending>;
+}
+
 /// From the supervisor: an instance (re)started and takes work.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -125,8 +136,8 @@ pub(crate) struct InstanceUp {
     pub index: usize,
     pub generation: u64,
     pub mailbox: Sender<InstanceMsg>,
-    /// Its backend, for a submitter to run a lone request on (`instance::Claim`), if it allows.
-    pub inline: Option<Arc<InstanceCore>>,
+    /// Its backend, for a submitter to run a lone request on (`lane::Claim`), if it allows.
+    pub inline: Option<Arc<dyn RunHere>>,
 }
 
 /// From the supervisor: an instance died; its batch was already answered.
@@ -151,7 +162,7 @@ pub(crate) struct InstanceReady {
     pub index: usize,
     pub generation: u64,
     pub mailbox: Sender<InstanceMsg>,
-    pub inline: Option<Arc<InstanceCore>>,
+    pub inline: Option<Arc<dyn RunHere>>,
 }
 
 /// From an instance thread: it ended, and how.

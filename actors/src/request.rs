@@ -131,6 +131,19 @@ pub struct InferResponse {
     pub times: Option<crate::stats::ComputeTimes>,
 }
 
+/// Builds a response for one request from its outputs (used by the instance actor).
+pub(crate) fn response(id: &str, model: &str, version: i64, outputs: Vec<Tensor>, is_final: bool) -> InferResponse {
+    InferResponse {
+        id: id.to_string(),
+        model: model.to_string(),
+        version,
+        outputs,
+        parameters: Default::default(),
+        is_final,
+        times: None,
+    }
+}
+
 /// Where the engine sends a request's response(s).
 pub enum Reply {
     /// Exactly one response or error.

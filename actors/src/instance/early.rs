@@ -1,7 +1,7 @@
 //! Answers a backend gives before its `execute` returns, as Triton answers a request from inside
 //! `TRITONBACKEND_ResponseSend` when the response carries `TRITONSERVER_RESPONSE_COMPLETE_FINAL`
 //! (Triton's Python backend still does one more round trip with its stub after that). The
-//! instance lends the backend one [`EarlyReply`] per request it may answer so
+//! instance lends the backend one [`EarlyReply`](crate::backend::EarlyReply) per request it may answer so
 //! ([`Backend::answers_early`](crate::backend::Backend::answers_early)): the request's reply
 //! moves into a slot the backend's thread can answer from. What the engine counts of the
 //! request (its statistics, the backend's own times) waits until `execute` returns, as Triton's
@@ -13,12 +13,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::backend::{AnswerEarly, EarlyReply};
 use crate::error::Result;
 use crate::protocol::Pending;
-use crate::request::InferRequest;
+use crate::request::{response, InferRequest};
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
-use crate::{backend, trace};
+use crate::trace;
 
 /// Whether a request may be answered before `execute` returns: not when the engine must see
 /// its outputs first (a sequence's implicit state, a response cache's entry) or its caller reads
@@ -57,29 +58,38 @@ struct Shared {
 }
 
 /// A request's reply lent to the backend while its batch runs: `answer` sends the request's
-/// final response from the backend's thread. Cheap to clone; usable from any thread.
+/// final response from the backend's thread (handed to the backend as an `EarlyReply`).
 #[derive(Clone)]
-pub struct EarlyReply(Arc<Shared>);
+pub(crate) struct Lent(Arc<Shared>);
 
-impl std::fmt::Debug for EarlyReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EarlyReply")
+impl Lent {
+    pub(crate) fn new(p: Pending, stats: &Arc<ModelStats>, model: &Arc<str>, version: i64) -> Self {
+        let slot = Mutex::new(Slot::Waiting(p));
+        Lent(Arc::new(Shared { slot, stats: stats.clone(), model: model.clone(), version }))
+    }
+
+    /// What the backend is handed.
+    fn reply(&self) -> EarlyReply {
+        self.0.clone()
+    }
+
+    /// The instance takes the request back once `execute` returned: unanswered (its reply
+    /// again), or answered early. Later answers go nowhere.
+    pub(crate) fn close(&self) -> Closed {
+        let mut slot = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *slot, Slot::Closed) {
+            Slot::Waiting(p) => Closed::Waiting(p),
+            Slot::Answered(a) => Closed::Answered(a),
+            Slot::Closed => Closed::Gone,
+        }
     }
 }
 
-impl EarlyReply {
-    pub(crate) fn new(p: Pending, stats: &Arc<ModelStats>, model: &Arc<str>, version: i64) -> Self {
-        let slot = Mutex::new(Slot::Waiting(p));
-        EarlyReply(Arc::new(Shared { slot, stats: stats.clone(), model: model.clone(), version }))
-    }
-
-    /// Answers the request now with its final response: its outputs (those the request asked
-    /// for go out) or an error. True when this was the answer; false when the request was
-    /// answered already or its batch is over (then the caller's answer goes nowhere).
-    pub fn answer(&self, outcome: Result<Vec<Tensor>>) -> bool {
+impl AnswerEarly for Shared {
+    fn answer(&self, outcome: Result<Vec<Tensor>>) -> bool {
         // Held until the answer is out and recorded: the instance, taking the request back
         // meanwhile (a batch that gave up on it), finds it either waiting or answered.
-        let mut slot = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let p = match std::mem::replace(&mut *slot, Slot::Closed) {
             Slot::Waiting(p) => p,
             other => {
@@ -100,25 +110,14 @@ impl EarlyReply {
             } else {
                 outputs.into_iter().filter(|t| request.outputs.iter().any(|o| o.name == t.name)).collect()
             };
-            backend::response(&request.id, &self.0.model, self.0.version, outputs, true)
+            response(&request.id, &self.model, self.version, outputs, true)
         });
-        let stats = &self.0.stats;
+        let stats = &self.stats;
         stats.answered_early();
         stats.responses.first.record_us(request.received.elapsed());
         *slot = Slot::Answered(Answered { request, enqueued, batch_size, at: now, ok });
         reply.send(answer);
         true
-    }
-
-    /// The instance takes the request back once `execute` returned: unanswered (its reply
-    /// again), or answered early. Later answers go nowhere.
-    pub(crate) fn close(&self) -> Closed {
-        let mut slot = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut *slot, Slot::Closed) {
-            Slot::Waiting(p) => Closed::Waiting(p),
-            Slot::Answered(a) => Closed::Answered(a),
-            Slot::Closed => Closed::Gone,
-        }
     }
 }
 
@@ -136,7 +135,7 @@ pub(crate) enum Closed {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Held {
     Kept(Pending),
-    Lent(EarlyReply),
+    Lent(Lent),
 }
 
 /// Lends the backend the replies of the batch's requests that it may answer early; the
@@ -152,8 +151,9 @@ pub(crate) fn lend(
         .into_iter()
         .map(|p| {
             if eligible(&p) {
-                let early = EarlyReply::new(p, stats, &model, version);
-                (Held::Lent(early.clone()), Some(early))
+                let lent = Lent::new(p, stats, &model, version);
+                let reply = lent.reply();
+                (Held::Lent(lent), Some(reply))
             } else {
                 (Held::Kept(p), None)
             }
@@ -203,12 +203,12 @@ mod tests {
     fn an_early_answer_goes_out_at_once_with_the_outputs_asked_for_and_only_once() {
         let stats = Arc::new(ModelStats::default());
         let (p, mut rx) = pending(&stats);
-        let early = EarlyReply::new(p, &stats, &Arc::from("m"), 1);
-        assert!(early.answer(Ok(vec![tensor("A"), tensor("B")])));
+        let early = Lent::new(p, &stats, &Arc::from("m"), 1);
+        assert!(early.reply().answer(Ok(vec![tensor("A"), tensor("B")])));
         let answer = rx.try_recv().expect("answered at once").expect("an answer, not an error");
         assert_eq!(answer.outputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["B"]);
         assert!(answer.is_final);
-        assert!(!early.answer(Ok(vec![])), "a second answer goes nowhere");
+        assert!(!early.reply().answer(Ok(vec![])), "a second answer goes nowhere");
         match early.close() {
             Closed::Answered(a) => assert!(a.ok),
             _ => panic!("the instance finds the request answered"),
@@ -220,9 +220,9 @@ mod tests {
     fn an_unanswered_request_comes_back_with_its_reply_and_a_late_answer_goes_nowhere() {
         let stats = Arc::new(ModelStats::default());
         let (p, mut rx) = pending(&stats);
-        let early = EarlyReply::new(p, &stats, &Arc::from("m"), 1);
+        let early = Lent::new(p, &stats, &Arc::from("m"), 1);
         let Closed::Waiting(p) = early.close() else { panic!("the request is still waiting") };
-        assert!(!early.answer(Ok(vec![tensor("B")])), "its batch is over");
+        assert!(!early.reply().answer(Ok(vec![tensor("B")])), "its batch is over");
         assert!(rx.try_recv().is_err(), "nothing went out");
         p.reply.send(Err(crate::Error::internal("x")));
         assert!(rx.try_recv().unwrap().is_err());

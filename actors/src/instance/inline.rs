@@ -30,7 +30,7 @@ use crate::backend::Backend;
 use crate::error::Error;
 use crate::exit::InstanceExit;
 use crate::mailbox::Sender;
-use crate::protocol::{InstanceIdle, InstanceMsg, Pending};
+use crate::protocol::{InstanceIdle, InstanceMsg, Pending, RunHere};
 
 /// A model whose executions took longer than this on average (the last few, weighted to the
 /// latest) runs on its instance's thread: a frontend thread is never held much longer than a
@@ -145,23 +145,17 @@ impl InstanceCore {
     }
 }
 
-/// A free instance the lane gave a lone request to, for the submitting thread to run it on.
-pub(crate) struct Claim {
-    pub instance: usize,
-    pub core: Arc<InstanceCore>,
-    /// The instance's mailbox: its thread hears there what only it may do next.
-    pub mailbox: Sender<InstanceMsg>,
-}
+impl RunHere for InstanceCore {
+    fn short(&self) -> bool {
+        InstanceCore::short(self)
+    }
 
-impl Claim {
-    /// Runs `p` on this thread; gives it back unrun if the instance ended meanwhile (its
-    /// backend gone).
-    pub fn run(self, p: Pending) -> Option<Pending> {
-        let mut held = self.core.backend.lock();
+    fn run(&self, index: usize, mailbox: &Sender<InstanceMsg>, p: Pending) -> Option<Pending> {
+        let mut held = self.backend.lock();
         let Some(backend) = held.as_mut() else { return Some(p) };
-        let env = &self.core.env;
-        env.figures.scheduler.direct(p.batch_size, Duration::ZERO, self.instance);
-        let step = self.core.step(backend.as_mut(), vec![p]);
+        let env = &self.env;
+        env.figures.scheduler.direct(p.batch_size, Duration::ZERO, index);
+        let step = self.step(backend.as_mut(), vec![p]);
         drop(held);
         let message = match step {
             Step::Free => return None,
@@ -171,7 +165,7 @@ impl Claim {
         // Nothing else is sent to a claimed instance but a `Shutdown` (its model stops): then
         // it ends anyway. Work that waits goes to the scheduler, which hears the instance free.
         if let Err(TrySendError::Full(InstanceMsg::Pull) | TrySendError::Disconnected(InstanceMsg::Pull)) =
-            self.mailbox.try_send(message)
+            mailbox.try_send(message)
         {
             let (index, generation) = (env.spec.index, env.generation);
             env.idle.do_send(InstanceIdle { index, generation, rescheduled: Vec::new(), release: true });

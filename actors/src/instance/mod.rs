@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use actix::Recipient;
 
+pub(crate) use self::inline::InstanceCore;
 use self::inline::Step;
 pub use self::inline::INLINE_MAX_COMPUTE;
-pub(crate) use self::inline::{Claim, InstanceCore};
 use crate::backend::{self, Backend, BackendFactory, BatchInput, InstanceSpec};
 use crate::batch::merge_inputs;
 use crate::error::{Error, Result};
@@ -132,7 +132,7 @@ fn run(env: &Arc<InstanceActor>) -> InstanceExit {
     let inline = InstanceCore::may_inline(env, backend.as_ref());
     let core = Arc::new(InstanceCore::new(Arc::clone(env), backend));
     let (tx, rx): (Sender<InstanceMsg>, Receiver<InstanceMsg>) = mailbox();
-    let shared = inline.then(|| Arc::clone(&core));
+    let shared = inline.then(|| Arc::clone(&core) as Arc<dyn crate::protocol::RunHere>);
     env.ready.do_send(InstanceReady { index: idx, generation: env.generation, mailbox: tx, inline: shared });
     let exit = serve(env, &core, &rx);
     // The backend ends on the instance's own thread, after any run that holds it.

@@ -36,10 +36,9 @@ use parking_lot::Mutex;
 use crate::batcher::Batcher;
 use crate::clock::SharedClock;
 use crate::error::Error;
-use crate::instance::{Claim, InstanceCore};
 use crate::mailbox::Sender;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
-use crate::protocol::{InstanceMsg, Next, Pending, Pump, Refused};
+use crate::protocol::{InstanceMsg, Next, Pending, Pump, Refused, RunHere};
 use crate::sequence::SequenceBatcher;
 
 /// One model version's free instances and what the scheduler holds.
@@ -65,8 +64,8 @@ struct State {
     /// Each instance slot's live mailbox and its generation (none while it is down).
     slots: Vec<Option<(u64, Sender<InstanceMsg>)>>,
     /// Beside each slot: the instance's backend, where a submitter may run a lone request on
-    /// it (`instance::Claim`).
-    inline: Vec<Option<Arc<InstanceCore>>>,
+    /// it (`lane::Claim`).
+    inline: Vec<Option<Arc<dyn RunHere>>>,
     /// Free instance slots, the most recently freed last (its caches are the warmest).
     free: Vec<usize>,
     /// Requests sent to the scheduler that it has not read yet.
@@ -110,6 +109,21 @@ pub(crate) enum Pulled {
     Free { tell: bool },
     /// Not the lane's (a stale generation): the scheduler hears as before.
     NotMine,
+}
+
+/// A free instance the lane gave a lone request to, for the submitting thread to run it on.
+pub(crate) struct Claim {
+    pub instance: usize,
+    pub core: Arc<dyn RunHere>,
+    /// The instance's mailbox: its thread hears there what only it may do next.
+    pub mailbox: Sender<InstanceMsg>,
+}
+
+impl Claim {
+    /// Runs `p` on this thread; gives it back unrun if the instance ended meanwhile.
+    pub fn run(self, p: Pending) -> Option<Pending> {
+        self.core.run(self.instance, &self.mailbox, p)
+    }
 }
 
 /// How a request went on: straight to an instance, or to the scheduler (counted as on its way).
@@ -319,7 +333,7 @@ impl Turn<'_> {
         index: usize,
         generation: u64,
         mailbox: Sender<InstanceMsg>,
-        inline: Option<Arc<InstanceCore>>,
+        inline: Option<Arc<dyn RunHere>>,
     ) {
         self.s.slots[index] = Some((generation, mailbox));
         self.s.inline[index] = inline;
