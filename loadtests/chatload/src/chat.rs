@@ -49,6 +49,23 @@ pub struct ChatReply {
     pub cached_tokens: i64,
 }
 
+impl ChatReply {
+    /// Reads a reply from the model's outputs, by name: `text` decodes a string output and
+    /// `int` an integer one, however the protocol carried them.
+    pub fn read(
+        text: impl Fn(&str) -> Result<String, String>,
+        int: impl Fn(&str) -> Result<i64, String>,
+    ) -> Result<ChatReply, String> {
+        Ok(ChatReply {
+            text: text("text_output")?,
+            finish_reason: text("finish_reason")?,
+            prompt_tokens: int("prompt_tokens")?,
+            completion_tokens: int("completion_tokens")?,
+            cached_tokens: int("cached_tokens")?,
+        })
+    }
+}
+
 /// A turn kept for the stateless reference check after the load.
 #[derive(Debug, Clone)]
 pub struct Sample {

@@ -144,13 +144,7 @@ impl GrpcTurns {
             let b: [u8; 4] = raw.get(..4).and_then(|s| s.try_into().ok()).ok_or(format!("{name} is not one INT32"))?;
             Ok(i32::from_le_bytes(b) as i64)
         };
-        Ok(ChatReply {
-            text: text("text_output")?,
-            finish_reason: text("finish_reason")?,
-            prompt_tokens: int("prompt_tokens")?,
-            completion_tokens: int("completion_tokens")?,
-            cached_tokens: int("cached_tokens")?,
-        })
+        ChatReply::read(text, int)
     }
 
     /// Sends one request on the conversation's stream, with request id `id` (unique among the

@@ -94,13 +94,7 @@ impl HttpTurns {
         let v = self.post(conversation, format!("/v2/models/{}/generate", self.model), body).await?;
         let text = |name: &str| v[name].as_str().map(str::to_string).ok_or_else(|| format!("no {name} in {v}"));
         let int = |name: &str| v[name].as_i64().ok_or_else(|| format!("no {name} in {v}"));
-        Ok(ChatReply {
-            text: text("text_output")?,
-            finish_reason: text("finish_reason")?,
-            prompt_tokens: int("prompt_tokens")?,
-            completion_tokens: int("completion_tokens")?,
-            cached_tokens: int("cached_tokens")?,
-        })
+        ChatReply::read(text, int)
     }
 
     /// POSTs `body` to `path` on the conversation's connection; the answer as JSON.
