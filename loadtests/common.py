@@ -181,6 +181,45 @@ def tree_cpu_s(root_pid):
     return sum(procs[p][1] for p in tree if p in procs) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_s(pid):
+    """CPU seconds (user + system) used so far by each live thread of `pid`, from
+    /proc/<pid>/task/*/stat: {tid: (thread name, seconds)}."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                line = f.read()
+        except OSError:
+            continue
+        name = line[line.index("(") + 1:line.rindex(")")]
+        fields = line.rpartition(")")[2].split()
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def thread_cores(before, after, wall_s):
+    """Cores used per thread name between two thread_cpu_s() snapshots: the first thread (lowest
+    tid) of a name under the name, every later one under name + "+"; a thread born meanwhile
+    counts from zero, one that ended is lost."""
+    out = {}
+    first = {}
+    for tid, (name, _) in sorted(after.items()):
+        first.setdefault(name, tid)
+    for tid, (name, cpu) in after.items():
+        prev = before.get(tid)
+        used = cpu - (prev[1] if prev and prev[0] == name else 0.0)
+        # Threads that inherit their creator's name (ONNX Runtime's intra-op pool takes the
+        # instance thread's) are told apart from the first of that name by a "+".
+        key = name if first[name] == tid else name + "+"
+        out[key] = out.get(key, 0.0) + used / wall_s
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def children_cpu_s():
     """CPU seconds of this script's waited-for children (perf_analyzer runs) so far."""
     import resource

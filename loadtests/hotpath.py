@@ -18,6 +18,26 @@ Per repeat: add_sub p50 ÷ the floor's (HTTP and gRPC), mlp c16 infer/s ÷ the b
 instance's busy share of wall time (targets.busy), the time outside the statistics per request
 (perf_analyzer's Network+Server Send/Recv), new ÷ old infer/s.
 
+Options for issue 19 point 1 (the mlp instance fed at c16):
+  --loads mlp_http,mlp_grpc   only some of the four loads (the floors start only for add_sub).
+  --old-mlp-param / --new-mlp-param KEY=VALUE   a `parameters` entry added to that subject's mlp
+              config (e.g. intra_op_thread_count=1, session.intra_op.allow_spinning=0), so one
+              binary can be measured against itself with other session options.
+  --triton    real Triton 2.51 (loadtests/triton_ref, $TRITON_REF_DIR) as a third subject of the mlp
+              loads, its mlp as targets.py configures it: the time outside the statistics per
+              request, new ÷ Triton's, in the same repeat.
+Every mlp run also records each server thread's CPU (/proc/<pid>/task/*/stat), summed by thread
+name, in CPU µs per inference: what the server spends beyond the model, and where.
+
+The bound's model CPU: the ceiling's own CPU time (every thread of the process, spinning
+included) over its timed window per item, at batch sizes 1, 4-8 and 16 by default, interpolated at
+the run's batch efficiency, the least of --ceiling-windows windows; run with each subject's own
+ONNX Runtime options (the `intra_op_thread_count` and `session.*` parameters of its mlp config
+as the run edits it; Triton's mlp: ONNX Runtime's defaults), unless --ceiling-session /
+--ceiling-intra-threads are given, which then hold for all. Measured alone, with both cores to
+itself: the model's arithmetic, not what contention for the cores adds to it (that is the
+server's to avoid).
+
 Hand-offs: after the repeats, one more add_sub c1 run per protocol against old and new counts
 each server thread's voluntary context switches (`/proc/<pid>/task/*/status`: each is the thread
 going to sleep, so each wake-up of a sleeping thread that a request causes shows as one) per
@@ -31,16 +51,59 @@ Results: loadtests/out/hotpath-<time>/summary.{md,json}.
 import argparse
 import contextlib
 import os
+import re
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import targets  # noqa: E402
 from common import median, spread  # noqa: E402
 
-LOADS = [("add_sub", "http", "bin", 1), ("add_sub", "grpc", "bin", 1),
-         ("mlp", "http", "bin", 16), ("mlp", "grpc", "bin", 16)]
-SUBJECTS = ["old", "new", "floor", "floor_grpc"]
+LOADS = {"add_sub_http": ("add_sub", "http", "bin", 1), "add_sub_grpc": ("add_sub", "grpc", "bin", 1),
+         "mlp_http": ("mlp", "http", "bin", 16), "mlp_grpc": ("mlp", "grpc", "bin", 16),
+         "mlp_http_c1": ("mlp", "http", "bin", 1)}
+DEFAULT_LOADS = "add_sub_http,add_sub_grpc,mlp_http,mlp_grpc"
+SUBJECTS = ["old", "new", "floor", "floor_grpc", "triton"]
+
+
+def edit_mlp_config(text, params, batching=None):
+    """mlp's config.pbtxt with `parameters` entries (KEY=VALUE) added and what its
+    dynamic_batching block holds replaced by `batching`."""
+    if batching is not None:
+        text, n = re.subn(r"dynamic_batching \{[^}]*\}", lambda _: f"dynamic_batching {{ {batching} }}", text)
+        if n != 1:
+            sys.exit("mlp's config.pbtxt has no single dynamic_batching block to replace")
+    for kv in params:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            sys.exit(f"mlp parameter {kv!r}: expected KEY=VALUE")
+        text += f'\nparameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+    return text
+
+
+def mlp_config_editor(params, batching=None):
+    """An edit_repo for common.bench_server that applies edit_mlp_config."""
+    def edit(repo):
+        cfg = os.path.join(repo, "mlp", "config.pbtxt")
+        text = edit_mlp_config(open(cfg).read(), params, batching)
+        with open(cfg, "w") as f:
+            f.write(text)
+    return edit if params or batching is not None else None
+
+
+def ort_options(config_text):
+    """The ceiling's flags for the ONNX Runtime options a config's parameters set, as Tritium's
+    ONNX backend reads them (intra_op_thread_count, session.* entries)."""
+    flags = []
+    for key, value in re.findall(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
+                                 config_text):
+        if key == "intra_op_thread_count" and int(value or 0) > 0:
+            flags += ["--intra-threads", value]
+        elif key.startswith("session."):
+            flags += ["--session", f"{key}={value.strip()}"]
+    return tuple(flags)
 
 
 def main():
@@ -51,50 +114,142 @@ def main():
     ap.add_argument("--floor", required=True)
     ap.add_argument("--floor-grpc", required=True)
     ap.add_argument("--ceiling", required=True)
-    ap.add_argument("--ceiling-seconds", type=float, default=2.0)
+    ap.add_argument("--ceiling-seconds", type=float, default=1.0)
     ap.add_argument("--ceiling-intra-threads", type=int, default=0)
+    ap.add_argument("--ceiling-windows", type=int, default=3,
+                    help="timed windows per batch size, the least CPU per item kept (1 for a ceiling "
+                         "binary that prints no cpu_us_per_item)")
+    ap.add_argument("--ceiling-batches", default="1,4,5,6,7,8,16",
+                    help="batch sizes the ceiling runs (the bound interpolates between them)")
+    ap.add_argument("--ceiling-session", action="append", default=[], metavar="KEY=VALUE",
+                    help="an ONNX Runtime session config entry for the ceiling (repeatable)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--loads", default=DEFAULT_LOADS, help="comma-separated, of: " + ",".join(LOADS))
+    ap.add_argument("--old-model-repository", help="the old build's repository (default: --model-repository)")
+    ap.add_argument("--old-mlp-param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--new-mlp-param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--old-mlp-batching", metavar="TEXT", help="replaces the inside of mlp's dynamic_batching { }")
+    ap.add_argument("--new-mlp-batching", metavar="TEXT")
+    ap.add_argument("--triton", action="store_true", help="Triton 2.51 as a subject of the mlp loads")
+    ap.add_argument("--triton-ref", default=os.environ.get("TRITON_REF_DIR", "/work/ref"))
+    ap.add_argument("--triton-delay-us", type=int, default=200)
+    ap.add_argument("--triton-preferred", default="8,16,32")
+    ap.add_argument("--triton-instances", type=int, default=1)
+    ap.add_argument("--triton-intra-threads", type=int, default=0, help="0 = ONNX Runtime's default")
     args = ap.parse_args()
     for p in (args.old, args.new, args.floor, args.floor_grpc, args.ceiling, args.perf_analyzer):
         if not os.path.exists(p):
             sys.exit(f"missing {p}")
+    unknown = [x for x in args.loads.split(",") if x not in LOADS]
+    if unknown:
+        sys.exit(f"unknown loads {unknown}: of {list(LOADS)}")
+    loads = [LOADS[x] for x in args.loads.split(",")]
+    if args.triton and not os.path.exists(os.path.join(args.triton_ref, "backends/python")):
+        sys.exit(f"missing {args.triton_ref}: run loadtests/triton_ref/setup.sh (or leave out --triton)")
     args.server = args.new
-    targets.PLAN.update({"old": LOADS, "new": LOADS})
+    mlp_loads = [x for x in loads if x[0] == "mlp"]
+    targets.PLAN.update({"old": loads, "new": loads, "triton": mlp_loads})
+    subjects = ["old", "new"]
+    if any(x[:2] == ("add_sub", "http") for x in loads):
+        subjects.append("floor")
+    if any(x[:2] == ("add_sub", "grpc") for x in loads):
+        subjects.append("floor_grpc")
+    if args.triton and mlp_loads:
+        subjects.append("triton")
     out_dir, stamp = common.make_out_dir(args, "hotpath")
     header = common.run_header(args)
     runs, failures = [], []
-    ceiling = targets.run_ceiling(args, out_dir, 0)
-    print("ceiling: " + "  ".join(f"b{b} {r['cpu_us_per_item']:.0f} CPU µs/item" for b, r in ceiling.items()))
-    with contextlib.ExitStack() as stack:
-        servers = {}
-        for label, binary in (("old", args.old), ("new", args.new)):
-            servers[label] = stack.enter_context(common.bench_server(
-                binary, args.onnxruntime_library, args.model_repository, out_dir, models=["mlp", "add_sub"],
-                ready=("mlp", "add_sub"), check=common.add_sub_check, log_name=f"server-{label}.log",
-                prefix="hot-"))
+    ceilings = run_ceilings(args, out_dir, subjects) if mlp_loads else {}
+    tmp = tempfile.mkdtemp(prefix="hotpath-")
+    try:
+        with contextlib.ExitStack() as stack:
+            servers = start_servers(args, out_dir, tmp, stack, subjects)
+            for s in subjects:
+                targets.warm_up(args, out_dir, s, servers[s])
+            for rep in range(1, args.repeats + 1):
+                k = (rep - 1) % len(subjects)
+                order = subjects[k:] + subjects[:k]
+                print(f"--- repeat {rep}: {' '.join(order)}", flush=True)
+                for s in order:
+                    targets.measure(args, out_dir, rep, s, servers[s], runs, failures)
+            switches = {}
+            for label in ("old", "new"):
+                for proto in ("http", "grpc"):
+                    if ("add_sub", proto, "bin", 1) in loads:
+                        switches[f"{label}-{proto}"] = count_switches(args, out_dir, servers[label], proto, label)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches)
+    return 0 if not failures else 1
+
+
+def run_ceilings(args, out_dir, subjects):
+    """The ceiling once per distinct set of ONNX Runtime options among the subjects:
+    {subject: {"options": flags, "batches": {batch: result}}}."""
+    batches = [int(b) for b in args.ceiling_batches.split(",")]
+    forced = bool(args.ceiling_session or args.ceiling_intra_threads)
+    wanted = {}
+    for label in subjects:
+        if label in ("floor", "floor_grpc"):
+            continue
+        if forced or label == "triton":
+            flags = ()
+        else:
+            repo = (args.old_model_repository if label == "old" else None) or args.model_repository
+            params, batching = (args.old_mlp_param, args.old_mlp_batching) if label == "old" else \
+                (args.new_mlp_param, args.new_mlp_batching)
+            text = edit_mlp_config(open(os.path.join(repo, "mlp", "config.pbtxt")).read(), params, batching)
+            flags = ort_options(text)
+        wanted[label] = flags
+    runs, out = {}, {}
+    for label, flags in wanted.items():
+        if flags not in runs:
+            saved = args.ceiling_session
+            args.ceiling_session = list(args.ceiling_session) + [flags[i + 1] for i in range(0, len(flags), 2)
+                                                                if flags[i] == "--session"]
+            intra = [flags[i + 1] for i in range(0, len(flags), 2) if flags[i] == "--intra-threads"]
+            saved_intra = args.ceiling_intra_threads
+            if intra:
+                args.ceiling_intra_threads = int(intra[-1])
+            runs[flags] = targets.run_ceiling(args, out_dir, 0, batches)
+            args.ceiling_session, args.ceiling_intra_threads = saved, saved_intra
+            print(f"ceiling {' '.join(flags) or '(defaults)'}: " + "  ".join(
+                f"b{b} {r['cpu_us_per_item']:.0f}" for b, r in runs[flags].items()) + " CPU µs/item", flush=True)
+        out[label] = {"options": " ".join(flags) or "ONNX Runtime's defaults", "batches": runs[flags]}
+    return out
+
+
+def start_servers(args, out_dir, tmp, stack, subjects):
+    servers = {}
+    for label, binary, params, batching in (("old", args.old, args.old_mlp_param, args.old_mlp_batching),
+                                            ("new", args.new, args.new_mlp_param, args.new_mlp_batching)):
+        repo = (args.old_model_repository if label == "old" else None) or args.model_repository
+        servers[label] = stack.enter_context(common.bench_server(
+            binary, args.onnxruntime_library, repo, out_dir, models=["mlp", "add_sub"],
+            ready=("mlp", "add_sub"), check=common.add_sub_check, log_name=f"server-{label}.log",
+            prefix="hot-", edit_repo=mlp_config_editor(params, batching)))
+    if "floor" in subjects:
         port = common.free_ports(1)[0]
         servers["floor"] = stack.enter_context(targets.process_server(
             "floor", [args.floor, "--port", str(port)], dict(os.environ), os.path.join(out_dir, "server-floor.log"),
             port, ready=["add_sub"]))
+    if "floor_grpc" in subjects:
         port = common.free_ports(1)[0]
         servers["floor_grpc"] = stack.enter_context(targets.process_server(
             "floor_grpc", [args.floor_grpc, "--port", str(port)], dict(os.environ),
             os.path.join(out_dir, "server-floor_grpc.log"), port, port))
         targets.wait_port(port)
-        for s in SUBJECTS:
-            targets.warm_up(args, out_dir, s, servers[s])
-        for rep in range(1, args.repeats + 1):
-            k = (rep - 1) % len(SUBJECTS)
-            order = SUBJECTS[k:] + SUBJECTS[:k]
-            print(f"--- repeat {rep}: {' '.join(order)}", flush=True)
-            for s in order:
-                targets.measure(args, out_dir, rep, s, servers[s], runs, failures)
-        switches = {}
-        for label in ("old", "new"):
-            for proto in ("http", "grpc"):
-                switches[f"{label}-{proto}"] = count_switches(args, out_dir, servers[label], proto, label)
-    summarize(args, out_dir, stamp, header, runs, failures, ceiling, switches)
-    return 0 if not failures else 1
+    if "triton" in subjects:
+        repo, cfg = targets.triton_repo(args, tmp)
+        with open(os.path.join(out_dir, "triton-mlp-config.pbtxt"), "w") as f:
+            f.write(cfg)
+        hp, gp, mp = common.free_ports(3)
+        env = dict(os.environ, TRITON_REF_DIR=args.triton_ref)
+        servers["triton"] = stack.enter_context(targets.process_server(
+            "triton", ["bash", os.path.join(common.HERE, "triton_ref/run.sh"), repo, str(hp), str(gp), str(mp),
+                       "--", "--model-control-mode=explicit", "--load-model=mlp"],
+            env, os.path.join(out_dir, "server-triton.log"), hp, gp, ready=["mlp"]))
+    return servers
 
 
 def thread_switches(pid):
@@ -124,16 +279,36 @@ def count_switches(args, out_dir, srv, proto, label):
     return per
 
 
-def bound(r, ceiling):
+def bound(r, ceilings):
     """The most infer/s the cores allow at this run's batching with perf_analyzer's CPU and
     ONNX Runtime's alone (targets.cpu_lines)."""
     client = targets.us_per_inference(r, "client_cores")
     be = r.get("batch_efficiency") or 1.0
-    nb = min(ceiling, key=lambda b: abs(b - be))
-    return (os.cpu_count() or 2) * 1e6 / (client + ceiling[nb]["cpu_us_per_item"])
+    return (os.cpu_count() or 2) * 1e6 / (client + model_cpu(r, ceilings))
 
 
-def summarize(args, out_dir, stamp, header, runs, failures, ceiling, switches):
+def model_cpu(r, ceilings):
+    """The ceiling's CPU µs per item with the run's subject's ONNX Runtime options, at its batch
+    efficiency."""
+    return targets.model_cpu_per_item(ceilings[r["subject"]]["batches"], r.get("batch_efficiency") or 1.0)
+
+
+def thread_groups(r):
+    """A run's server CPU µs per inference by thread group: names that differ only by a number
+    (grpc-0, grpc-1) are one group."""
+    out = {}
+    for name, cores in (r.get("thread_cores") or {}).items():
+        key = re.sub(r"[-_]?\d+(\+?)$", r"\1", name) or name
+        out[key] = out.get(key, 0.0) + cores * 1e6 / r["infer_per_s"]
+    return out
+
+
+def params_note(params, batching=None):
+    notes = list(params) + ([f"dynamic_batching {{ {batching} }}"] if batching is not None else [])
+    return f" (mlp {', '.join(notes)})" if notes else ""
+
+
+def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
     reps = sorted({r["repeat"] for r in runs})
 
     def g(rep, subject, model, proto, c):
@@ -159,41 +334,84 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceiling, switches):
             if o and n:
                 add(f"add_sub_{proto}_new_vs_old", n["p50_us"] / o["p50_us"])
             o, n = g(rep, "old", "mlp", proto, 16), g(rep, "new", "mlp", proto, 16)
-            for b, r in (("old", o), ("new", n)):
+            tr = g(rep, "triton", "mlp", proto, 16)
+            for b, r in (("old", o), ("new", n), ("triton", tr)):
                 if r:
-                    add(f"mlp_{proto}_{b}_bound", r["infer_per_s"] / bound(r, ceiling))
+                    add(f"mlp_{proto}_{b}_bound", r["infer_per_s"] / bound(r, ceilings))
                     add(f"mlp_{proto}_{b}_busy", targets.busy(r))
                     add(f"mlp_{proto}_{b}_outside", r["network_server_us"])
                     add(f"mlp_{proto}_{b}_batch", r.get("batch_efficiency") or 1.0)
                     add(f"mlp_{proto}_{b}_ips", r["infer_per_s"])
+                    add(f"mlp_{proto}_{b}_model_cpu", model_cpu(r, ceilings))
+                    add(f"mlp_{proto}_{b}_client_cpu", targets.us_per_inference(r, "client_cores"))
+                    add(f"mlp_{proto}_{b}_server_cpu", targets.us_per_inference(r, "server_cores"))
+                    for k, v in thread_groups(r).items():
+                        add(f"threads_{proto}_{b}_{k}", v)
             if o and n:
                 add(f"mlp_{proto}_new_vs_old", n["infer_per_s"] / o["infer_per_s"])
+            o, n = g(rep, "old", "mlp", proto, 1), g(rep, "new", "mlp", proto, 1)
+            for b, r in (("old", o), ("new", n)):
+                if r:
+                    add(f"mlp_c1_{proto}_{b}_p50", r["p50_us"])
+            if o and n:
+                add(f"mlp_c1_{proto}_p50_new_vs_old", n["p50_us"] / o["p50_us"])
+            for b, r in (("old", o), ("new", n)):
+                if r and tr:
+                    add(f"mlp_{proto}_{b}_outside_vs_triton", r["network_server_us"] / max(tr["network_server_us"], 1))
 
     def cell(key, digits=2):
         xs = ratios.get(key)
         return f"{median(xs):.{digits}f} ({spread(xs)})" if xs else "not measured"
 
+    cols = ["old", "new"] + (["triton"] if any(k.startswith("mlp_") and "_triton_" in k for k in ratios) else [])
     lines = [f"# Issue 19: the hot path, old ÷ new ÷ floor ({stamp})", "",
-             f"perf_analyzer {common.PA_VERSION}; old = {args.old}, new = {args.new} (git HEAD "
+             f"perf_analyzer {common.PA_VERSION}; old = {args.old}{params_note(args.old_mlp_param, args.old_mlp_batching)}, new = "
+             f"{args.new}{params_note(args.new_mlp_param, args.new_mlp_batching)} (git HEAD "
              f"{header['git_head'][:12]}); load average {header['loadavg_at_start']:.2f} at start on "
              f"{header['nproc']} cores; {len(reps)} repeats, the order of the subjects rotated, ratios per "
              f"repeat, median (min–max); -p {args.interval_ms} ms.", "",
-             "| figure | old | new |", "| --- | --- | --- |"]
+             "| figure | " + " | ".join(cols) + " |", "| --- |" + " --- |" * len(cols)]
+
+    def row(title, key, digits=2):
+        lines.append(f"| {title} | " + " | ".join(cell(key.format(b=b), digits) for b in cols) + " |")
+
     for proto in ("http", "grpc"):
-        lines.append(f"| add_sub {proto} c1 p50 ÷ floor's (target ≤ 1.3) | {cell(f'add_sub_{proto}_old_vs_floor')} | "
-                     f"{cell(f'add_sub_{proto}_new_vs_floor')} |")
-        lines.append(f"| … p50 µs (floor {cell(f'add_sub_{proto}_floor_p50', 0)}) | "
-                     f"{cell(f'add_sub_{proto}_old_p50', 0)} | {cell(f'add_sub_{proto}_new_p50', 0)} |")
+        if f"add_sub_{proto}_new_p50" not in ratios:
+            continue
+        row(f"add_sub {proto} c1 p50 ÷ floor's (target ≤ 1.3)", f"add_sub_{proto}_{{b}}_vs_floor")
+        row(f"… p50 µs (floor {cell(f'add_sub_{proto}_floor_p50', 0)})", f"add_sub_{proto}_{{b}}_p50", 0)
     for proto in ("http", "grpc"):
-        lines.append(f"| mlp {proto} c16 infer/s | {cell(f'mlp_{proto}_old_ips', 0)} | {cell(f'mlp_{proto}_new_ips', 0)} |")
-        lines.append(f"| … ÷ the CPU bound (target ≥ 0.85) | {cell(f'mlp_{proto}_old_bound')} | "
-                     f"{cell(f'mlp_{proto}_new_bound')} |")
-        lines.append(f"| … instance busy % (target ≥ 90) | {cell(f'mlp_{proto}_old_busy', 0)} | "
-                     f"{cell(f'mlp_{proto}_new_busy', 0)} |")
-        lines.append(f"| … µs per request outside the statistics | {cell(f'mlp_{proto}_old_outside', 0)} | "
-                     f"{cell(f'mlp_{proto}_new_outside', 0)} |")
-        lines.append(f"| … requests per execution | {cell(f'mlp_{proto}_old_batch', 1)} | "
-                     f"{cell(f'mlp_{proto}_new_batch', 1)} |")
+        if f"mlp_{proto}_new_ips" not in ratios:
+            continue
+        row(f"mlp {proto} c16 infer/s", f"mlp_{proto}_{{b}}_ips", 0)
+        row("… ÷ the CPU bound (target ≥ 0.85)", f"mlp_{proto}_{{b}}_bound")
+        row("… instance busy % (target ≥ 90)", f"mlp_{proto}_{{b}}_busy", 0)
+        row("… µs per request outside the statistics", f"mlp_{proto}_{{b}}_outside", 0)
+        if "triton" in cols:
+            row("… ÷ Triton's in the same repeat (target ≤ 1)", f"mlp_{proto}_{{b}}_outside_vs_triton")
+        row("… requests per execution", f"mlp_{proto}_{{b}}_batch", 1)
+        row("… server CPU µs per inference", f"mlp_{proto}_{{b}}_server_cpu", 0)
+        row("… the model's alone (the ceiling's, at that batch size)", f"mlp_{proto}_{{b}}_model_cpu", 0)
+        row("… perf_analyzer's CPU µs per inference", f"mlp_{proto}_{{b}}_client_cpu", 0)
+    for proto in ("http", "grpc"):
+        if f"mlp_c1_{proto}_new_p50" in ratios:
+            row(f"mlp {proto} c1 p50 µs", f"mlp_c1_{proto}_{{b}}_p50", 0)
+    if any(k.startswith("threads_") for k in ratios):
+        lines += ["", "Server CPU µs per inference by thread (names that differ only by a number summed; "
+                  "median over the repeats; under 5 µs left out; Triton's python stub processes are not its "
+                  "threads: they are in its server CPU above only):", ""]
+        for proto in ("http", "grpc"):
+            for b in cols:
+                pre = f"threads_{proto}_{b}_"
+                per = {k[len(pre):]: median(v) for k, v in ratios.items() if k.startswith(pre)}
+                per = {k: v for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 5}
+                if per:
+                    lines.append(f"- {b} mlp {proto} c16: " + ", ".join(f"`{k}` {v:.0f}" for k, v in per.items()))
+    if ceilings:
+        lines += ["", "The ceiling alone, CPU µs per item by batch (the least of the windows; items/s of that window):", ""]
+        for label, c in ceilings.items():
+            lines.append(f"- {label} ({c['options']}): " + ", ".join(
+                f"b{b} {r['cpu_us_per_item']:.0f} ({r['items_per_s']:.0f}/s)" for b, r in sorted(c["batches"].items())))
     lines += ["", "new ÷ old in the same repeat: " + ", ".join(
         f"{k.replace('_new_vs_old', '')} {cell(k)}" for k in sorted(ratios) if k.endswith("_new_vs_old"))]
     lines += ["", "Voluntary context switches per request by server thread (add_sub c1, one run each; "
@@ -204,7 +422,7 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceiling, switches):
     if failures:
         lines += ["", "Failures: " + "; ".join(f"{f['run']}: {f['error']}" for f in failures)]
     common.write_summary(out_dir, {"stamp": stamp, "header": header, "runs": runs, "failures": failures,
-                                   "ceiling": ceiling, "ratios": ratios, "switches": switches}, lines)
+                                   "ceilings": ceilings, "ratios": ratios, "switches": switches}, lines)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Runs `once` for 300 ms of warm-up, then for `seconds`, and prints
-/// `{"repeat":…,"batch":…,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}`.
+/// `{"repeat":…,"batch":…,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…,"cpu_us_per_item":…}`.
+/// `cpu_us_per_item` is the whole process's CPU time (every thread, ONNX Runtime's or libtorch's
+/// pool included, spinning counted) over the timed window only, per item: no session setup, no
+/// warm-up.
 pub fn measure<T>(
     repeat: usize,
     batch: usize,
@@ -18,6 +21,7 @@ pub fn measure<T>(
         once()?;
     }
     let mut lat = Vec::new();
+    let cpu0 = process_cpu_s();
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < seconds {
         let t = Instant::now();
@@ -25,16 +29,30 @@ pub fn measure<T>(
         lat.push(t.elapsed().as_micros() as u64);
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_s().zip(cpu0).map(|(b, a)| b - a);
     lat.sort_unstable();
     let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    let items = lat.len() * batch;
+    let cpu_field = cpu.map(|c| format!(",\"cpu_us_per_item\":{:.1}", c * 1e6 / items as f64)).unwrap_or_default();
     println!(
-        "{{\"repeat\":{repeat},\"batch\":{batch},\"runs\":{},\"seconds\":{secs:.3},\"items_per_s\":{:.1},\"p50_us\":{},\"p99_us\":{}}}",
+        "{{\"repeat\":{repeat},\"batch\":{batch},\"runs\":{},\"seconds\":{secs:.3},\"items_per_s\":{:.1},\"p50_us\":{},\"p99_us\":{}{cpu_field}}}",
         lat.len(),
-        (lat.len() * batch) as f64 / secs,
+        items as f64 / secs,
         pct(0.5),
         pct(0.99)
     );
     Ok(())
+}
+
+/// CPU seconds (user + system) of this process so far, all threads, from `/proc/self/stat`
+/// (clock ticks of 10 ms: a window of seconds reads to within 1 %); `None` where /proc is missing.
+fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // After the command's closing parenthesis: state is field 3, utime 14 and stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// The fixed input pattern both benches feed: `n` floats.

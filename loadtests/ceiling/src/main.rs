@@ -4,10 +4,10 @@
 //! same session on the same threads could do.
 //!
 //!   ceiling --model model_repository/mlp/1/model.onnx [--onnxruntime-library PATH]
-//!           [--batch 1,8,32,64] [--seconds 3] [--repeats 3] [--intra-threads N] [--input INPUT0]
+//!           [--batch 1,8,32,64] [--seconds 3] [--repeats 3] [--intra-threads N] [--session KEY=VALUE]
 //!
 //! Prints one JSON object per (repeat, batch) on stdout:
-//! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…}.
+//! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…,"cpu_us_per_item":…}.
 
 use std::path::PathBuf;
 
@@ -23,17 +23,22 @@ struct Args {
     repeats: usize,
     intra: Option<usize>,
     inter: Option<usize>,
+    /// ONNX Runtime session config entries, as a model config's `session.*` parameters give them
+    /// to Tritium's ONNX backend.
+    session: Vec<(String, String)>,
 }
 
 const HELP: &str = "ceiling: items/s of an ONNX model run in-process through ONNX Runtime (ort)
 
   ceiling --model FILE [--onnxruntime-library PATH] [--batch 1,8,32,64] [--seconds 3]
-          [--repeats 3] [--intra-threads N] [--inter-threads N]
+          [--repeats 3] [--intra-threads N] [--inter-threads N] [--session KEY=VALUE]...
 
 --onnxruntime-library defaults to $ORT_DYLIB_PATH, else the repository's
 .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 (what Tritium uses).
 --intra-threads unset = ONNX Runtime's default, as Tritium with one instance and no
-intra_op_thread_count. Every input must have one leading batch dimension (-1) and fixed other
+intra_op_thread_count. --session sets an ONNX Runtime session config entry (repeatable), as a
+model config's `session.*` parameter does in Tritium, e.g. session.intra_op.allow_spinning=0.
+Every input must have one leading batch dimension (-1) and fixed other
 dimensions; inputs are FP32 filled with a fixed pattern. One JSON line per (repeat, batch).";
 
 fn parse() -> Result<Args, String> {
@@ -48,6 +53,7 @@ fn parse() -> Result<Args, String> {
         repeats: 3,
         intra: None,
         inter: None,
+        session: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,6 +71,10 @@ fn parse() -> Result<Args, String> {
             "--repeats" => a.repeats = num(&value)?,
             "--intra-threads" => a.intra = Some(num(&value)?),
             "--inter-threads" => a.inter = Some(num(&value)?),
+            "--session" => {
+                let (k, v) = value.split_once('=').ok_or_else(|| format!("--session wants KEY=VALUE, got {value}"))?;
+                a.session.push((k.to_string(), v.to_string()));
+            }
             _ => return Err(format!("unknown flag {flag} (see --help)")),
         }
     }
@@ -91,6 +101,9 @@ fn run(args: &Args) -> BenchResult<()> {
     if let Some(n) = args.inter {
         builder = builder.with_inter_threads(n)?;
     }
+    for (key, value) in &args.session {
+        builder = builder.with_config_entry(key, value)?;
+    }
     let mut session = builder.commit_from_file(&args.model)?;
     // (name, dims after the batch dimension) for every input.
     let mut inputs = Vec::new();
@@ -104,7 +117,12 @@ fn run(args: &Args) -> BenchResult<()> {
         }
         inputs.push((i.name().to_string(), dims));
     }
-    eprintln!("model {} inputs {inputs:?}, intra threads {:?}", args.model.display(), args.intra);
+    eprintln!(
+        "model {} inputs {inputs:?}, intra threads {:?}, session entries {:?}",
+        args.model.display(),
+        args.intra,
+        args.session
+    );
     for repeat in 1..=args.repeats {
         for &batch in &args.batches {
             // The request bytes as a server holds them; copied into a fresh ORT tensor per run.
