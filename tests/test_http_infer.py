@@ -317,8 +317,11 @@ def test_onnx_session_config_entries_pass_through(start_server, repo_copy):
     thread-pool spinning switches); a model with them loads and infers."""
     repo = repo_copy(["mlp"])
     cfg = repo / "mlp" / "config.pbtxt"
-    cfg.write_text(cfg.read_text()
-                   + 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "0" } }\n'
+    # the bundled mlp sets intra-op spinning off: its own `parameters` lines go, and this test
+    # sets the other value, so the config read back shows the test's entry
+    own = [ln for ln in cfg.read_text().splitlines() if not ln.startswith("parameters")]
+    cfg.write_text("\n".join(own) + "\n"
+                   + 'parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }\n'
                    + 'parameters { key: "session.inter_op.allow_spinning" value: { string_value: "0" } }\n'
                    + 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n')
     srv = start_server(repo)
@@ -328,7 +331,8 @@ def test_onnx_session_config_entries_pass_through(start_server, repo_copy):
     out = srv.client.infer("mlp", [inp]).as_numpy("OUTPUT0")
     assert out.shape == (2, 256) and np.isfinite(out).all()
     cfg = srv.client.get_model_config("mlp")
-    assert cfg["parameters"]["session.intra_op.allow_spinning"] == {"string_value": "0"}
+    assert cfg["parameters"]["session.intra_op.allow_spinning"] == {"string_value": "1"}
+    assert cfg["parameters"]["session.inter_op.allow_spinning"] == {"string_value": "0"}
 
 
 def test_bytes_elements_with_nul_and_non_utf8_bytes_pass_through_onnx(server):
