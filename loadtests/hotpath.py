@@ -50,6 +50,7 @@ Results: loadtests/out/hotpath-<time>/summary.{md,json}.
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -136,7 +137,15 @@ def main():
     ap.add_argument("--triton-preferred", default="8,16,32")
     ap.add_argument("--triton-instances", type=int, default=1)
     ap.add_argument("--triton-intra-threads", type=int, default=0, help="0 = ONNX Runtime's default")
+    ap.add_argument("--from-json", metavar="SUMMARY_JSON", help="only write the summary again from a run's summary.json")
     args = ap.parse_args()
+    if args.from_json:
+        d = json.load(open(args.from_json))
+        for c in d["ceilings"].values():
+            c["batches"] = {int(b): r for b, r in c["batches"].items()}
+        summarize(args, os.path.dirname(os.path.abspath(args.from_json)), d["stamp"], d["header"], d["runs"],
+                  d["failures"], d["ceilings"], d["switches"])
+        return 0
     for p in (args.old, args.new, args.floor, args.floor_grpc, args.ceiling, args.perf_analyzer):
         if not os.path.exists(p):
             sys.exit(f"missing {p}")
@@ -349,15 +358,15 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
                         add(f"threads_{proto}_{b}_{k}", v)
             if o and n:
                 add(f"mlp_{proto}_new_vs_old", n["infer_per_s"] / o["infer_per_s"])
+            for b, r in (("old", o), ("new", n)):
+                if r and tr:
+                    add(f"mlp_{proto}_{b}_outside_vs_triton", r["network_server_us"] / max(tr["network_server_us"], 1))
             o, n = g(rep, "old", "mlp", proto, 1), g(rep, "new", "mlp", proto, 1)
             for b, r in (("old", o), ("new", n)):
                 if r:
                     add(f"mlp_c1_{proto}_{b}_p50", r["p50_us"])
             if o and n:
                 add(f"mlp_c1_{proto}_p50_new_vs_old", n["p50_us"] / o["p50_us"])
-            for b, r in (("old", o), ("new", n)):
-                if r and tr:
-                    add(f"mlp_{proto}_{b}_outside_vs_triton", r["network_server_us"] / max(tr["network_server_us"], 1))
 
     def cell(key, digits=2):
         xs = ratios.get(key)
