@@ -220,6 +220,19 @@ def thread_cores(before, after, wall_s):
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def ort_options(config_text):
+    """The ceiling's flags for the ONNX Runtime options a config's parameters set, as Tritium's
+    ONNX backend reads them (intra_op_thread_count, session.* entries)."""
+    flags = []
+    for key, value in re.findall(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
+                                 config_text):
+        if key == "intra_op_thread_count" and int(value or 0) > 0:
+            flags += ["--intra-threads", value]
+        elif key.startswith("session."):
+            flags += ["--session", f"{key}={value.strip()}"]
+    return tuple(flags)
+
+
 def children_cpu_s():
     """CPU seconds of this script's waited-for children (perf_analyzer runs) so far."""
     import resource

@@ -94,19 +94,6 @@ def mlp_config_editor(params, batching=None):
     return edit if params or batching is not None else None
 
 
-def ort_options(config_text):
-    """The ceiling's flags for the ONNX Runtime options a config's parameters set, as Tritium's
-    ONNX backend reads them (intra_op_thread_count, session.* entries)."""
-    flags = []
-    for key, value in re.findall(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
-                                 config_text):
-        if key == "intra_op_thread_count" and int(value or 0) > 0:
-            flags += ["--intra-threads", value]
-        elif key.startswith("session."):
-            flags += ["--session", f"{key}={value.strip()}"]
-    return tuple(flags)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     common.add_common_args(ap, interval_ms=1500)
@@ -208,7 +195,7 @@ def run_ceilings(args, out_dir, subjects):
             params, batching = (args.old_mlp_param, args.old_mlp_batching) if label == "old" else \
                 (args.new_mlp_param, args.new_mlp_batching)
             text = edit_mlp_config(open(os.path.join(repo, "mlp", "config.pbtxt")).read(), params, batching)
-            flags = ort_options(text)
+            flags = common.ort_options(text)
         wanted[label] = flags
     runs, out = {}, {}
     for label, flags in wanted.items():

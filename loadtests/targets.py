@@ -4,8 +4,9 @@ ONNX Runtime ceiling, against Flask and FastAPI baselines, and against real Trit
 
 Subjects, all started once and kept up for the whole run (each idle while another is measured):
   ceiling   loadtests/ceiling (Rust, `ort` as Tritium uses it): the mlp ONNX file in-process,
-            ONNX Runtime's default intra-op threads (as Tritium's one mlp instance), items/s at
-            batch 1, 8, 32, 64; no server, no client.
+            with the ONNX Runtime options the bundled mlp config gives Tritium, items/s and
+            its own CPU per item at batch 1, 4-8, 32, 64 (the least-CPU of --ceiling-windows
+            windows: loadtests/PROFILES.md, "Issue 19 point 1"); no server, no client.
   tritium   the release binary, the bundled mlp (dynamic batching, preferred 8/16/32, 200 µs,
             1 instance) and add_sub (ONNX).
   flask     loadtests/baselines/flask_app.py under gunicorn (2 workers, gthread, 2 threads),
@@ -213,7 +214,12 @@ def run_ceiling(args, out_dir, rep, batches=CEILING_BATCHES):
                "--seconds", str(args.ceiling_seconds), "--repeats", str(getattr(args, "ceiling_windows", 1))]
         if args.ceiling_intra_threads:
             cmd += ["--intra-threads", str(args.ceiling_intra_threads)]
-        for entry in getattr(args, "ceiling_session", None) or []:
+        session = getattr(args, "ceiling_session", None)
+        if session is None and not args.ceiling_intra_threads:
+            # like with like: the ONNX Runtime options the bundled mlp config gives Tritium
+            with open(os.path.join(args.model_repository, "mlp", "config.pbtxt")) as f:
+                cmd += list(common.ort_options(f.read()))
+        for entry in session or []:
             cmd += ["--session", entry]
         cpu0, t0 = common.children_cpu_s(), time.monotonic()
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
@@ -332,7 +338,10 @@ def main():
     ap.add_argument("--ceiling-seconds", type=float, default=1.0, help="per window per batch size per repeat")
     ap.add_argument("--ceiling-windows", type=int, default=3,
                     help="timed windows per batch size, the least CPU per item kept (see run_ceiling)")
-    ap.add_argument("--ceiling-intra-threads", type=int, default=0, help="0 = ONNX Runtime's default")
+    ap.add_argument("--ceiling-intra-threads", type=int, default=0,
+                    help="0 = the bundled mlp config's (ONNX Runtime's default unless it sets intra_op_thread_count)")
+    ap.add_argument("--ceiling-session", action="append", metavar="KEY=VALUE",
+                    help="ONNX Runtime session entries for the ceiling (default: the bundled mlp config's session.*)")
     ap.add_argument("--baselines-venv", default=os.path.join(HERE, ".baselines-venv"))
     ap.add_argument("--baseline-workers", type=int, default=2)
     ap.add_argument("--baseline-intra-threads", type=int, default=1)
