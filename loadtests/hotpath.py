@@ -10,16 +10,19 @@ Subjects, all started once and kept up (each idle while another is measured):
 Loads (perf_analyzer, batch 1): add_sub c1 over HTTP (binary tensors) and gRPC against every
 subject that serves it; mlp c16 over HTTP (binary) and gRPC against old and new. Each repeat runs
 every subject, the order rotated. The ceiling (loadtests/ceiling, one process per batch size with
-its CPU time) runs once first, for the CPU bound as targets.py computes it: 2 cores ÷
-(perf_analyzer's CPU µs per inference + ONNX Runtime's CPU µs per item at the batch size nearest
-the run's batch efficiency).
+its CPU time) runs first, for the CPU bound: 2 cores ÷ (perf_analyzer's CPU µs per inference +
+ONNX Runtime's CPU µs per item at the run's batch efficiency; below).
 
 Per repeat: add_sub p50 ÷ the floor's (HTTP and gRPC), mlp c16 infer/s ÷ the bound, the
 instance's busy share of wall time (targets.busy), the time outside the statistics per request
 (perf_analyzer's Network+Server Send/Recv), new ÷ old infer/s.
 
 Options for issue 19 point 1 (the mlp instance fed at c16):
-  --loads mlp_http,mlp_grpc   only some of the four loads (the floors start only for add_sub).
+  --loads mlp_http,mlp_grpc   only some loads (add_sub_http, add_sub_grpc, mlp_http, mlp_grpc;
+              also mlp_http_c1 for the latency of a lone mlp request); the floors start only for
+              add_sub.
+  --old-model-repository     the old build's repository (model_repository/ is the new build's).
+  --old-mlp-batching / --new-mlp-batching TEXT   what that subject's mlp dynamic_batching holds.
   --old-mlp-param / --new-mlp-param KEY=VALUE   a `parameters` entry added to that subject's mlp
               config (e.g. intra_op_thread_count=1, session.intra_op.allow_spinning=0), so one
               binary can be measured against itself with other session options.
