@@ -7,7 +7,7 @@
 //! request (its statistics, the backend's own times) waits until `execute` returns, as Triton's
 //! backend reports its statistics after the response; the instance is free for its next batch
 //! only then. Until then the model's statistics count the request as answered early, and a
-//! reader of them waits for it ([`ModelStats::settle`]), so a client that has its answer still
+//! reader of them waits for it ([`ModelStats::settled`]), so a client that has its answer still
 //! sees statistics that include it.
 
 use std::sync::{Arc, Mutex};
