@@ -34,7 +34,8 @@ models' order rotates. Medians and min–max over repeats. Every perf_analyzer r
 no error line and leave the server's failure count for the model unchanged.
 
   .venv/bin/python loadtests/python_backend.py [--repeats 3] [--server target/release/tritium]
-      [--protocols grpc,http] [--concurrency 1,16] [--interval-ms 2000]
+      [--protocols grpc,http] [--concurrency 1,16] [--interval-ms 2000] [--models add_sub,bls_add_sub]
+      [--baseline <another tritium build>]   # up in the same run too: adds "this build ÷ baseline"
   .venv/bin/python loadtests/python_backend.py --summarize loadtests/out/python_backend-<time>
 
 Needs loadtests/setup.sh (perf_analyzer), scripts/setup.sh (.pytriton: nvidia-pytriton 0.7.0),
@@ -42,6 +43,7 @@ a C compiler (cc) and a server build. Results: loadtests/out/python_backend-<tim
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -131,9 +133,9 @@ def server_env():
     return env
 
 
-def tritium_cmd(args, tmp, repo, backends, ports):
-    exe = os.path.join(tmp, "bench-server")  # not "tritium": someone's `pkill tritium` is not for it
-    os.symlink(os.path.abspath(args.server), exe)
+def tritium_cmd(args, tmp, repo, backends, ports, server=None, exe_name="bench-server"):
+    exe = os.path.join(tmp, exe_name)  # not "tritium": someone's `pkill tritium` is not for it
+    os.symlink(os.path.abspath(server or args.server), exe)
     return [exe, "--model-repository", repo, "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
             "--metrics-port", str(ports[2]), "--onnxruntime-library", args.onnxruntime_library,
             "--backend-directory", backends]
@@ -246,6 +248,11 @@ def main():
     ap.add_argument("--protocols", default="grpc,http", help="comma-separated: grpc, http")
     ap.add_argument("--concurrency", default="1,16", help="comma-separated perf_analyzer concurrencies")
     ap.add_argument("--summarize", metavar="OUT_DIR", help="recompute the tables of an earlier run's summary.json")
+    ap.add_argument("--baseline", metavar="TRITIUM",
+                    help="a second Tritium build (e.g. main's) up in the same run, measured at every point "
+                         "beside the other two: adds the table --server ÷ --baseline")
+    ap.add_argument("--models", default=",".join(BOTH + TRITIUM_ONLY),
+                    help="comma-separated subset of " + ",".join(BOTH + TRITIUM_ONLY))
     args = ap.parse_args()
     if args.summarize:
         with open(os.path.join(args.summarize, "summary.json")) as f:
@@ -255,6 +262,11 @@ def main():
     concurrencies = [int(c) for c in args.concurrency.split(",") if c]
     if not set(protocols) <= {"grpc", "http"}:
         sys.exit(f"--protocols: grpc and/or http, not {args.protocols}")
+    chosen = [m for m in args.models.split(",") if m]
+    if not chosen or not set(chosen) <= set(BOTH + TRITIUM_ONLY):
+        sys.exit(f"--models: a subset of {','.join(BOTH + TRITIUM_ONLY)}, not {args.models}")
+    if args.baseline and not os.path.exists(args.baseline):
+        sys.exit(f"missing {args.baseline}")
     for p in (args.server, args.perf_analyzer, args.onnxruntime_library, TRITONSERVER,
               os.path.join(PY_BACKEND, "libtriton_python.so"), os.path.join(PY_BACKEND, "triton_python_backend_stub")):
         if not os.path.exists(p):
@@ -262,33 +274,43 @@ def main():
     out_dir, _ = common.make_out_dir(args, "python_backend")
     header = common.run_header(args)
     header.update(triton="2.51 (nvidia-pytriton 0.7.0 wheel)", protocols=protocols, concurrency=concurrencies,
-                  interval_ms=args.interval_ms, repeats=args.repeats)
+                  interval_ms=args.interval_ms, repeats=args.repeats, models=chosen,
+                  baseline=args.baseline and os.path.abspath(args.baseline),
+                  baseline_built_from=args.baseline and common.server_commit(args.baseline))
     runs, failures = [], []
     tmp = tempfile.mkdtemp(prefix="python-backend-")
     try:
         backends = build_backends(tmp)
         tritium_repo, triton_repo = build_repos(tmp)
         env = server_env()
-        t_ports, r_ports = common.free_ports(3), common.free_ports(3)
-        with process_server("tritium", tritium_cmd(args, tmp, tritium_repo, backends, t_ports), env,
-                            os.path.join(out_dir, "tritium.log"), t_ports[0], t_ports[1],
-                            ready=BOTH + TRITIUM_ONLY) as tritium, \
-                process_server("triton", triton_cmd(triton_repo, backends, r_ports), env,
-                               os.path.join(out_dir, "triton.log"), r_ports[0], r_ports[1], ready=BOTH) as triton:
-            check_answers(tritium, BOTH + TRITIUM_ONLY)
-            check_answers(triton, BOTH)
-            warm_up(args, out_dir, tritium, BOTH + TRITIUM_ONLY)
-            warm_up(args, out_dir, triton, BOTH)
-            models = BOTH + TRITIUM_ONLY
+        t_ports, r_ports, b_ports = common.free_ports(3), common.free_ports(3), common.free_ports(3)
+        with contextlib.ExitStack() as stack:
+            tritium = stack.enter_context(process_server(
+                "tritium", tritium_cmd(args, tmp, tritium_repo, backends, t_ports), env,
+                os.path.join(out_dir, "tritium.log"), t_ports[0], t_ports[1], ready=BOTH + TRITIUM_ONLY))
+            triton = stack.enter_context(process_server(
+                "triton", triton_cmd(triton_repo, backends, r_ports), env, os.path.join(out_dir, "triton.log"),
+                r_ports[0], r_ports[1], ready=BOTH))
+            servers = [tritium, triton]
+            if args.baseline:
+                servers.append(stack.enter_context(process_server(
+                    "baseline", tritium_cmd(args, tmp, tritium_repo, backends, b_ports, args.baseline, "bench-baseline"),
+                    env, os.path.join(out_dir, "baseline.log"), b_ports[0], b_ports[1], ready=BOTH + TRITIUM_ONLY)))
+            for srv in servers:
+                check_answers(srv, [m for m in chosen if srv.name != "triton" or m in BOTH])
+            for srv in servers:
+                warm_up(args, out_dir, srv, [m for m in chosen if srv.name != "triton" or m in BOTH])
+            models = chosen
             for i in range(args.repeats):
                 rep = i + 1
-                pair = (tritium, triton) if i % 2 == 0 else (triton, tritium)
+                order_s = servers if i % 2 == 0 else servers[::-1]
                 order = models[i % len(models):] + models[:i % len(models)]
                 for protocol in protocols:
                     for conc in concurrencies:
                         for model in order:
-                            for srv, other in (pair, pair[::-1]):
-                                if srv.name == "tritium" or model in BOTH:
+                            for srv in order_s:
+                                other = triton if srv is not triton else tritium
+                                if srv.name != "triton" or model in BOTH:
                                     measure(args, out_dir, rep, srv, other, model, protocol, conc, runs, failures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -332,6 +354,7 @@ def summarize(out_dir, summary):
     points = sorted({(r["protocol"], r["concurrency"]) for r in runs}, key=lambda p: (p[0] != "grpc", p[1]))
     repeats = sorted({r["repeat"] for r in runs})
     ratios = {}
+    servers = [s for s in SERVERS + ("baseline",) if any(r["server"] == s for r in runs)]
     lines = [f"# Python backend: Tritium vs Triton 2.51, and C / Python / ONNX: {header['time']}, "
              f"server built from {header['server_built_from']}", "",
              f"perf_analyzer {header['perf_analyzer']}, batch 1, {header['interval_ms']} ms windows; "
@@ -342,7 +365,7 @@ def summarize(out_dir, summary):
              "| model | protocol | c | infer/s ratio | p50 ratio | p99 ratio | Tritium infer/s | Triton infer/s | "
              "server CPU µs/inf Tritium (stubs) | Triton (stubs) | perf_analyzer CPU µs/inf Tritium / Triton |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for model in BOTH:
+    for model in [m for m in BOTH if any(r["model"] == m for r in runs)]:
         for protocol, conc in points:
             xs = {"infer": [], "p50": [], "p99": []}
             for rep in repeats:
@@ -362,9 +385,34 @@ def summarize(out_dir, summary):
             lines.append(f"| {model} | {protocol} | {conc} | {fmt_ratio(xs['infer'])} | {fmt_ratio(xs['p50'])} | "
                          f"{fmt_ratio(xs['p99'])} | {ips['tritium']:.0f} | {ips['triton']:.0f} | {cpu['tritium']} | "
                          f"{cpu['triton']} | {client} |")
-    lines += ["", "## The same operation (OUT = 2 · (A + B), FP32 [16]) on three backends", "",
-              "Infer/s ratios within a repeat; the seed's claim is C ÷ Python = 3–5×.", "",
-              "| ratio | protocol | c | median (min–max) |", "| --- | --- | --- | --- |"]
+    if "baseline" in servers:
+        lines += ["", f"## This build ÷ the baseline build ({header.get('baseline')}, built from "
+                  f"{header.get('baseline_built_from')}), same run", "",
+                  "Median (min–max) over repeats; the last column is the baseline's own infer/s ratio to Triton.", "",
+                  "| model | protocol | c | infer/s ratio | p50 ratio | p99 ratio | this build infer/s | "
+                  "baseline infer/s | baseline ÷ Triton infer/s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for model in [m for m in BOTH + TRITIUM_ONLY if any(r["model"] == m for r in runs)]:
+            for protocol, conc in points:
+                xs, base = {"infer": [], "p50": [], "p99": []}, []
+                for rep in repeats:
+                    t, b = pick(runs, "tritium", model, protocol, conc, rep), pick(runs, "baseline", model, protocol,
+                                                                                 conc, rep)
+                    r = pick(runs, "triton", model, protocol, conc, rep)
+                    if t and b:
+                        xs["infer"].append(t["infer_per_s"] / b["infer_per_s"])
+                        xs["p50"].append(t["p50_us"] / b["p50_us"])
+                        xs["p99"].append(t["p99_us"] / b["p99_us"])
+                    if b and r:
+                        base.append(b["infer_per_s"] / r["infer_per_s"])
+                for k, v in xs.items():
+                    ratios[f"{model}_{protocol}_c{conc}_tritium_over_baseline_{k}"] = v
+                ips = {s: median([r["infer_per_s"] for r in runs if (r["server"], r["model"], r["protocol"],
+                                  r["concurrency"]) == (s, model, protocol, conc)] or [float("nan")])
+                       for s in ("tritium", "baseline")}
+                lines.append(f"| {model} | {protocol} | {conc} | {fmt_ratio(xs['infer'])} | {fmt_ratio(xs['p50'])} | "
+                             f"{fmt_ratio(xs['p99'])} | {ips['tritium']:.0f} | {ips['baseline']:.0f} | "
+                             f"{fmt_ratio(base) if base else '-'} |")
+    rows = []
     for server, num in (("tritium", "vecop_c"), ("tritium", "vecop_onnx"), ("triton", "vecop_c")):
         for protocol, conc in points:
             xs = []
@@ -373,12 +421,17 @@ def summarize(out_dir, summary):
                 if n and d:
                     xs.append(n["infer_per_s"] / d["infer_per_s"])
             ratios[f"{server}_{num}_over_vecop_py_{protocol}_c{conc}"] = xs
-            lines.append(f"| {num} ÷ vecop_py on {server} | {protocol} | {conc} | {fmt_ratio(xs)} |")
+            if xs:  # none when --models left a backend out
+                rows.append(f"| {num} ÷ vecop_py on {server} | {protocol} | {conc} | {fmt_ratio(xs)} |")
+    if rows:
+        lines += ["", "## The same operation (OUT = 2 · (A + B), FP32 [16]) on three backends", "",
+                  "Infer/s ratios within a repeat; the seed's claim is C ÷ Python = 3–5×.", "",
+                  "| ratio | protocol | c | median (min–max) |", "| --- | --- | --- | --- |"] + rows
     lines += ["", "Items per execution: the model's inference_count ÷ execution_count over the whole perf_analyzer "
               "run (its dynamic batcher's merging of the concurrent requests).", "",
               "| server | model | protocol | c | infer/s median (min–max) | p50 µs | p99 µs | "
               "server CPU µs/inf (stubs) | items per execution |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for server in SERVERS:
+    for server in servers:
         for model in ("vecop_c", "vecop_py", "vecop_onnx"):
             for protocol, conc in points:
                 sel = [r for r in runs if (r["server"], r["model"], r["protocol"], r["concurrency"]) ==

@@ -193,8 +193,9 @@ impl Server {
         Ok((model, response))
     }
 
-    /// Statistics of one version, every version of a model, or (name = None) every model.
-    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStatistics>> {
+    /// Statistics of one version, every version of a model, or (name = None) every model,
+    /// including every request whose client has its answer (see `ModelStats::settled`).
+    pub async fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStatistics>> {
         let router = self.repository.router();
         // Triton's answer for a model (or version) it cannot give statistics of.
         let unavailable = |n: &str| Error::invalid(format!("requested model '{n}' is not available"));
@@ -209,6 +210,7 @@ impl Server {
             }
             (None, _) => router.all(),
         };
+        futures::future::join_all(models.iter().map(|m| m.handle.stats.settled())).await;
         Ok(models
             .into_iter()
             .map(|m| ModelStatistics {

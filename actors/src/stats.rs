@@ -2,9 +2,9 @@
 //! actors write them; the statistics endpoints and the metrics exporter read the same figures.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -186,9 +186,13 @@ pub struct ModelStats {
     /// Requests accepted and not yet answered.
     pub pending: AtomicU64,
     /// Requests answered before their backend's `execute` returned, and of those the ones
-    /// counted since (their statistics wait for the backend's report): see [`ModelStats::settle`].
+    /// counted since (their statistics wait for the backend's report): see
+    /// [`ModelStats::settled`].
     early_answered: AtomicU64,
     early_counted: AtomicU64,
+    /// Readers waiting in [`ModelStats::settled`], and how they are woken.
+    settling: AtomicUsize,
+    counted: tokio::sync::Notify,
     failures: Mutex<BTreeMap<FailureReason, u64>>,
     batches: Mutex<BTreeMap<u64, BatchFigures>>,
     /// The backend's response statistics, by response index.
@@ -334,30 +338,55 @@ impl ModelStats {
         self.early_answered.fetch_add(1, SeqCst);
     }
 
-    /// The statistics of a request answered early are counted.
+    /// The statistics of a request answered early are counted: readers waiting for them go on.
     pub(crate) fn counted_early(&self) {
         self.early_counted.fetch_add(1, SeqCst);
+        // Only when a reader waits (rare): `Notify` takes a lock. A reader registers before it
+        // looks at the count, so with both sides `SeqCst` either it sees this count or this
+        // sees it.
+        if self.settling.load(SeqCst) > 0 {
+            self.counted.notify_waiters();
+        }
     }
 
-    /// Waits until as many requests answered early as had been answered when it was called
-    /// are counted, so that a client that has its answer sees statistics that include it (a
-    /// backend answers from inside `execute` and reports its statistics when it returns,
-    /// microseconds later). Bounded by [`SETTLE_LIMIT`]: a backend that answers and then runs
-    /// on for long delays no reader longer than that.
-    pub fn settle(&self) {
+    /// Waits, without holding the thread, until as many requests answered early as had been
+    /// answered when it was called are counted, so that a client that has its answer reads
+    /// statistics that include it (a backend answers from inside `execute` and reports its
+    /// statistics when it returns, microseconds later). Bounded by [`SETTLE_LIMIT`]: a backend
+    /// that answers and then runs on for long delays no reader longer than that, and the
+    /// statistics then do not count its request yet (as Triton's count it only once the
+    /// backend reports it). Needs a tokio runtime with its timer.
+    pub async fn settled(&self) {
         let answered = self.early_answered.load(SeqCst);
         if self.early_counted.load(SeqCst) >= answered {
             return;
         }
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        while self.early_counted.load(SeqCst) < answered && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(20));
+        struct Registered<'a>(&'a AtomicUsize);
+        impl Drop for Registered<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, SeqCst);
+            }
         }
+        let _registered = {
+            self.settling.fetch_add(1, SeqCst);
+            Registered(&self.settling)
+        };
+        let counted = async {
+            loop {
+                // Made before the count is read: a notification after the read wakes it.
+                let notified = self.counted.notified();
+                if self.early_counted.load(SeqCst) >= answered {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(SETTLE_LIMIT, counted).await;
     }
 
-    /// The statistics after [`ModelStats::settle`].
+    /// The statistics as counted now; a reader that must include the requests its clients
+    /// have answers to awaits [`ModelStats::settled`] first.
     pub fn snapshot(&self) -> StatsSnapshot {
-        self.settle();
         StatsSnapshot {
             last_inference_ms: self.last_inference_ms.load(Relaxed),
             inference_count: self.inference_count.load(Relaxed),
@@ -402,6 +431,48 @@ mod tests {
         assert_eq!(r["1"], ResponseFigures { compute_infer: (1, 5), empty_response: (1, 5), ..Default::default() });
         assert_eq!(r["10"], ResponseFigures { compute_infer: (1, 7), fail: (1, 7), ..Default::default() });
         assert_eq!(r["2"], ResponseFigures { cancel: (1, 3), ..Default::default() });
+    }
+
+    fn one_success(s: &ModelStats) {
+        let d = Duration::from_micros(5);
+        let t =
+            RequestTimes { total: d, queue: d, compute_input: d, compute_infer: d, compute_output: d, batch_size: 1 };
+        s.record_success(&t);
+    }
+
+    // On a paused clock that moves only when every task waits: a reader woken by anything but
+    // the count would find the clock at its limit, and a reader that held its thread would
+    // keep the counting task from running at all.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_reader_waits_for_an_early_answer_to_be_counted_without_holding_its_thread() {
+        let s = std::sync::Arc::new(ModelStats::default());
+        s.answered_early();
+        let counter = s.clone();
+        let started = tokio::time::Instant::now();
+        tokio::spawn(async move {
+            // The backend's `execute` returns a little later.
+            tokio::task::yield_now().await;
+            one_success(&counter);
+            counter.counted_early();
+        });
+        s.settled().await;
+        assert_eq!(s.snapshot().success, (1, 5_000), "the reader sees the request its client has");
+        assert_eq!(started.elapsed(), Duration::ZERO, "woken by the count, not by its limit");
+        assert_eq!(s.settling.load(SeqCst), 0, "no reader left registered");
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_reader_waits_for_an_uncounted_answer_at_most_its_limit() {
+        let s = ModelStats::default();
+        s.settled().await;
+        one_success(&s);
+        s.answered_early();
+        s.answered_early();
+        s.counted_early();
+        let started = tokio::time::Instant::now();
+        s.settled().await;
+        assert_eq!(started.elapsed(), SETTLE_LIMIT, "the backend still runs: the reader goes on without it");
+        assert_eq!(s.snapshot().success.0, 1);
     }
 
     #[test]

@@ -389,6 +389,9 @@ struct State {
 }
 
 async fn scrape(state: web::Data<State>) -> HttpResponse {
+    // Requests whose clients have their answers are counted (see `ModelStats::settled`).
+    let models = state.repository.router().all();
+    futures::future::join_all(models.iter().map(|m| m.handle.stats.settled())).await;
     let text = render(&state.repository, &state.drain, &state.host, &state.config, &state.latency);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(text)
 }

@@ -7,7 +7,7 @@
 //! request (its statistics, the backend's own times) waits until `execute` returns, as Triton's
 //! backend reports its statistics after the response; the instance is free for its next batch
 //! only then. Until then the model's statistics count the request as answered early, and a
-//! reader of them waits for it ([`ModelStats::settle`]), so a client that has its answer still
+//! reader of them waits for it ([`ModelStats::settled`]), so a client that has its answer still
 //! sees statistics that include it.
 
 use std::sync::{Arc, Mutex};
@@ -117,6 +117,16 @@ impl AnswerEarly for Shared {
         stats.responses.first.record_us(request.received.elapsed());
         *slot = Slot::Answered(Answered { request, enqueued, batch_size, at: now, ok });
         reply.send(answer);
+        drop(slot);
+        // Whoever takes the answer was just woken (a frontend's connection thread, or a BLS
+        // caller's thread through its callback), and the backend goes on with its own work
+        // when this returns (Triton's Python backend: one more round trip with its stub). The
+        // kernel places a woken thread beside its waker, so where both share a core the answer
+        // waited until the backend's thread slept: 20-25 µs a request at c1
+        // (loadtests/PROFILES.md, "Python backend at c1: the answer's way out"). Giving the core
+        // up once lets it go first, as Triton writes the answer before its backend goes on;
+        // with nobody waiting for the core this returns at once.
+        std::thread::yield_now();
         true
     }
 }

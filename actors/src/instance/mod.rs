@@ -292,7 +292,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     };
     // Executions are counted before any reply goes out, so a client that has its answer
     // always sees statistics that include it (for one answered from inside `execute`, the
-    // statistics' readers wait for what follows: `ModelStats::settle`).
+    // statistics' readers wait for what follows: `ModelStats::settled`).
     let count_execution = || {
         let output_end = Instant::now();
         for (size, r) in &report.batches {

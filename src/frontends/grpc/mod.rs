@@ -300,7 +300,7 @@ impl GrpcInferenceService for GrpcService {
         let r = request.into_inner();
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         let version = parse_version(&r.version).or_status()?;
-        let mut stats = self.server.statistics(name, version).or_status()?;
+        let mut stats = self.server.statistics(name, version).await.or_status()?;
         stats.sort_by(|a, b| {
             (&a.name, a.version.parse::<i64>().unwrap_or(0)).cmp(&(&b.name, b.version.parse::<i64>().unwrap_or(0)))
         });

@@ -96,12 +96,12 @@ fn stats_error(e: Error, model: &str) -> Error {
 
 pub async fn model_stats(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
     let (model, version) = model_and_version(&path)?;
-    let stats = state.server.statistics(Some(&model), version).map_err(|e| stats_error(e, &model))?;
+    let stats = state.server.statistics(Some(&model), version).await.map_err(|e| stats_error(e, &model))?;
     Ok(json_ok(&stats_json(stats)))
 }
 
 pub async fn all_stats(state: web::Data<HttpState>) -> HttpResult<HttpResponse> {
-    Ok(json_ok(&stats_json(state.server.statistics(None, None)?)))
+    Ok(json_ok(&stats_json(state.server.statistics(None, None).await?)))
 }
 
 /// An optional JSON body; an empty body is `{}`.
