@@ -55,6 +55,8 @@ struct Shared {
     /// The model's name and version, for the response.
     model: Arc<str>,
     version: i64,
+    /// The only request of its batch: the backend's thread gives its core up after answering.
+    alone: bool,
 }
 
 /// A request's reply lent to the backend while its batch runs: `answer` sends the request's
@@ -63,9 +65,9 @@ struct Shared {
 pub(crate) struct Lent(Arc<Shared>);
 
 impl Lent {
-    pub(crate) fn new(p: Pending, stats: &Arc<ModelStats>, model: &Arc<str>, version: i64) -> Self {
+    pub(crate) fn new(p: Pending, stats: &Arc<ModelStats>, model: &Arc<str>, version: i64, alone: bool) -> Self {
         let slot = Mutex::new(Slot::Waiting(p));
-        Lent(Arc::new(Shared { slot, stats: stats.clone(), model: model.clone(), version }))
+        Lent(Arc::new(Shared { slot, stats: stats.clone(), model: model.clone(), version, alone }))
     }
 
     /// What the backend is handed.
@@ -125,8 +127,12 @@ impl AnswerEarly for Shared {
         // waited until the backend's thread slept: 20-25 µs a request at c1
         // (loadtests/PROFILES.md, "Python backend at c1: the answer's way out"). Giving the core
         // up once lets it go first, as Triton writes the answer before its backend goes on;
-        // with nobody waiting for the core this returns at once.
-        std::thread::yield_now();
+        // with nobody waiting for the core this returns at once. Only for a batch of one: in a
+        // larger batch the backend answers the batch's next request next, and at c16 a yield
+        // per answer delayed those answers and the instance's next batch.
+        if self.alone {
+            std::thread::yield_now();
+        }
         true
     }
 }
@@ -157,11 +163,12 @@ pub(crate) fn lend(
     version: i64,
 ) -> (Vec<Held>, Vec<Option<EarlyReply>>) {
     let model: Arc<str> = Arc::from(model);
+    let alone = batch.len() == 1;
     batch
         .into_iter()
         .map(|p| {
             if eligible(&p) {
-                let lent = Lent::new(p, stats, &model, version);
+                let lent = Lent::new(p, stats, &model, version, alone);
                 let reply = lent.reply();
                 (Held::Lent(lent), Some(reply))
             } else {
@@ -213,7 +220,7 @@ mod tests {
     fn an_early_answer_goes_out_at_once_with_the_outputs_asked_for_and_only_once() {
         let stats = Arc::new(ModelStats::default());
         let (p, mut rx) = pending(&stats);
-        let early = Lent::new(p, &stats, &Arc::from("m"), 1);
+        let early = Lent::new(p, &stats, &Arc::from("m"), 1, true);
         assert!(early.reply().answer(Ok(vec![tensor("A"), tensor("B")])));
         let answer = rx.try_recv().expect("answered at once").expect("an answer, not an error");
         assert_eq!(answer.outputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["B"]);
@@ -230,7 +237,7 @@ mod tests {
     fn an_unanswered_request_comes_back_with_its_reply_and_a_late_answer_goes_nowhere() {
         let stats = Arc::new(ModelStats::default());
         let (p, mut rx) = pending(&stats);
-        let early = Lent::new(p, &stats, &Arc::from("m"), 1);
+        let early = Lent::new(p, &stats, &Arc::from("m"), 1, true);
         let Closed::Waiting(p) = early.close() else { panic!("the request is still waiting") };
         assert!(!early.reply().answer(Ok(vec![tensor("B")])), "its batch is over");
         assert!(rx.try_recv().is_err(), "nothing went out");
