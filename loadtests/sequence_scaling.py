@@ -73,6 +73,8 @@ def chat_leg(args, srv, out_dir, label, pair, points, protocols):
                    "--pid", str(srv.proc.pid), "--conversations", str(n), "--duration", str(args.chat_duration),
                    "--connections", str(conns), "--streams", str(args.streams), "--sequence-id-base", "1",
                    "--baseline-turns", "20", "--timeout-ms", "30000", "--json", json_path]
+            if args.chat_max_in_flight:
+                cmd += ["--max-in-flight", str(args.chat_max_in_flight)]
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             open(os.path.join(out_dir, name + ".txt"), "w").write(" ".join(cmd) + "\n" + run.stdout + run.stderr)
             if run.returncode != 0:
@@ -106,6 +108,9 @@ def main():
     ap.add_argument("--streams", type=int, default=4, help="chatload: gRPC streams per connection")
     ap.add_argument("--chat-http-connections", type=int, default=32)
     ap.add_argument("--skip-pa", action="store_true", help="the chatload leg only")
+    ap.add_argument("--chat-max-in-flight", type=int, default=None,
+                    help="chatload --max-in-flight: at most this many turns in flight (N conversations stay live, "
+                         "the server's queue holds at most this many)")
     args = ap.parse_args()
     for p in (args.old, args.new, args.perf_analyzer) + ((args.chatload,) if args.chatload else ()):
         if not os.path.exists(p):

@@ -13,18 +13,29 @@ use std::time::Instant;
 /// Runs `conversations` loops at once, each calling `turn(conversation, k)` again as soon as its
 /// previous call returned, until `until`; `k` numbers the run's turns from 0 in the order they
 /// started. No conversation has two turns in flight. Returns the number of turns started (each
-/// was awaited to its end: a turn in flight at `until` finishes first).
-pub async fn run<F, Fut>(conversations: u64, until: Instant, turn: F) -> u64
+/// was awaited to its end: a turn in flight at `until` finishes first). With `max_in_flight`,
+/// at most that many turns are in flight at once, the others wait their turn in arrival order
+/// (a fair semaphore): N conversations stay live while the server's queue holds at most that
+/// many turns, so the sequence count and the queue's depth can be told apart.
+pub async fn run<F, Fut>(conversations: u64, until: Instant, max_in_flight: Option<usize>, turn: F) -> u64
 where
     F: Fn(u64, u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let next = Arc::new(AtomicU64::new(0));
+    let permits = max_in_flight.map(|m| Arc::new(tokio::sync::Semaphore::new(m.max(1))));
     let mut loops = tokio::task::JoinSet::new();
     for conversation in 0..conversations {
-        let (turn, next) = (turn.clone(), next.clone());
+        let (turn, next, permits) = (turn.clone(), next.clone(), permits.clone());
         loops.spawn(async move {
             while Instant::now() < until {
+                let _permit = match &permits {
+                    Some(p) => Some(p.acquire().await.expect("the semaphore is never closed")),
+                    None => None,
+                };
+                if Instant::now() >= until {
+                    break;
+                }
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 turn(conversation, k).await;
             }
@@ -60,11 +71,20 @@ mod tests {
     }
 
     async fn drive(conversations: u64, run_for: Duration, turn_takes: Duration) -> (u64, Seen) {
+        drive_capped(conversations, run_for, turn_takes, None).await
+    }
+
+    async fn drive_capped(
+        conversations: u64,
+        run_for: Duration,
+        turn_takes: Duration,
+        max_in_flight: Option<usize>,
+    ) -> (u64, Seen) {
         let n = conversations as usize;
         let seen =
             Arc::new(Mutex::new(Seen { per_conversation: vec![0; n], in_flight: vec![0; n], ..Default::default() }));
         let s = seen.clone();
-        let started = run(conversations, Instant::now() + run_for, move |c, k| {
+        let started = run(conversations, Instant::now() + run_for, max_in_flight, move |c, k| {
             let s = s.clone();
             async move {
                 {
@@ -97,6 +117,18 @@ mod tests {
         // Zero think time: about 200 / 10 turns each (timer slack allowed), none starved.
         for (c, &turns) in seen.per_conversation.iter().enumerate() {
             assert!((5..=21).contains(&turns), "conversation {c}: {turns} turns");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cap_bounds_the_turns_in_flight_and_every_conversation_still_takes_turns() {
+        let (started, seen) = drive_capped(40, Duration::from_millis(300), Duration::from_millis(5), Some(8)).await;
+        assert_eq!(seen.max_in_flight_all, 8);
+        assert_eq!(seen.max_in_flight_one, 1);
+        assert_eq!(started, seen.per_conversation.iter().sum::<u64>());
+        // 8 at a time, 5 ms each, for 300 ms: about 480 turns, shared fairly by the 40.
+        for (c, &turns) in seen.per_conversation.iter().enumerate() {
+            assert!((3..=15).contains(&turns), "conversation {c}: {turns} turns");
         }
     }
 

@@ -109,6 +109,10 @@ struct Args {
     /// the server's saturation throughput at --conversations live conversations (--rate unused).
     #[arg(long)]
     closed: bool,
+    /// With --closed: at most this many turns in flight at once (the others wait in order), so
+    /// N conversations stay live while the server's queue holds at most this many turns.
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// Seconds of load.
     #[arg(long, default_value_t = 20.0)]
     duration: f64,
@@ -416,7 +420,7 @@ async fn main() -> Result<()> {
     if args.closed {
         let until = start + Duration::from_secs_f64(args.duration);
         let (turns, conversations, tally, chat) = (turns.clone(), conversations.clone(), tally.clone(), chat.clone());
-        closed::run(n, until, move |index, k| {
+        closed::run(n, until, args.max_in_flight, move |index, k| {
             let (turns, conversations, tally, chat) =
                 (turns.clone(), conversations.clone(), tally.clone(), chat.clone());
             one_turn(turns, chat, conversations, tally, index, k, Instant::now(), timeout)
