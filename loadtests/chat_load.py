@@ -80,6 +80,11 @@ def main():
     ap.add_argument("--split", action="store_true",
                     help="split every turn of the points (chat_tail.py): the server traces every request, "
                          "chatload writes its turns, perf records the scheduler's events during each point")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="an extra argument of the server (e.g. --server-arg=--host-policy=cpu,cpu-cores=1 pins "
+                         "the model's instance threads to core 1); repeatable")
+    ap.add_argument("--chatload-cores", default=None,
+                    help="run chatload (probe and points) on these cores only (taskset -c, e.g. 0)")
     args = ap.parse_args()
 
     counts = [int(c) for c in args.conversations.split(",")]
@@ -144,7 +149,8 @@ def main():
                     "--max-turns", str(args.max_turns),
                     "--tokenizer", os.path.join(common.DEFAULT_REPO, "tiny_chat", "1", "tokenizer.json")]
         point_only = ["--reference-every", str(args.reference_every), "--baseline-turns", "40"]
-    extra = chat_tail.trace_args(out) if args.split else []
+    extra = (chat_tail.trace_args(out) if args.split else []) + args.server_arg
+    pin = ["taskset", "-c", args.chatload_cores] if args.chatload_cores else []
     with common.bench_server(args.server, args.ort, common.DEFAULT_REPO, out, models=[args.model],
                              ready=(args.model,), edit_repo=edit, extra_args=extra) as srv:
         base = 1
@@ -153,7 +159,7 @@ def main():
             # Saturation, same server, same run: --probe-conversations (over --probe-protocol), offered far
             # more than the server can take; what it answers per second is its ceiling.
             probe = os.path.join(out, "probe.json")
-            cmd = [args.chatload, "--protocol", args.probe_protocol, "--grpc", srv.url("grpc"), "--http", srv.url("http"),
+            cmd = [*pin, args.chatload, "--protocol", args.probe_protocol, "--grpc", srv.url("grpc"), "--http", srv.url("http"),
                    "--metrics", f"127.0.0.1:{srv.metrics_port}", "--conversations", str(probe_n),
                    "--rate", str(args.probe_rate), "--duration", str(args.probe_duration), "--baseline-turns", "10",
                    "--connections",
@@ -171,7 +177,7 @@ def main():
         for i, (n, protocol) in enumerate(points):
             last = i == len(points) - 1
             json_path = os.path.join(out, f"{protocol}-{n}.json")
-            cmd = [args.chatload, "--protocol", protocol, "--http", srv.url("http"), "--grpc", srv.url("grpc"),
+            cmd = [*pin, args.chatload, "--protocol", protocol, "--http", srv.url("http"), "--grpc", srv.url("grpc"),
                    "--metrics", f"127.0.0.1:{srv.metrics_port}", "--pid", str(srv.proc.pid),
                    "--conversations", str(n), "--rate", str(rate), "--duration", str(args.duration),
                    "--connections", str(args.grpc_connections if protocol == "grpc" else args.http_connections),

@@ -14,11 +14,27 @@ sequences, are listed, as in sequences.py).
 
   .venv/bin/python loadtests/sequence_scaling.py --old PATH --new PATH [--pairs 2]
 
+With --chatload PATH (a release build of loadtests/chatload), the same servers also run the
+chatload leg: a copy of the accumulator, `accumulate_live`, whose max_candidate_sequences holds
+every conversation (so all N are live, none in a backlog), driven by `chatload --closed` (each
+of N conversations sends its next turn as soon as its previous one is answered, zero think time,
+many conversations on --chat-grpc-connections x --streams gRPC streams or on
+--chat-http-connections HTTP/1.1 connections) at --chat-counts conversations over
+--chat-protocols. perf_analyzer's own CPU per inference grows with its concurrency; chatload's
+does not, so its ratio is the server's. Every point checks every reply against the conversation's
+own running sum. The points run in the order count, protocol, on the same sequence ids (a point's
+first turn STARTs each conversation again), so at each point N conversations (and the baseline
+conversation of each point so far) are live. --skip-pa runs the chatload leg alone.
+
 Results: loadtests/out/sequence_scaling-<time>/summary.{md,json}.
 """
 
 import argparse
+import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 
@@ -27,6 +43,53 @@ from common import PAError, median, spread
 
 ACC = "accumulate_oldest"
 STATELESS = "add_sub"
+LIVE = "accumulate_live"
+
+
+def live_copy(counts, points):
+    """An `edit_repo` that adds `accumulate_live`: the accumulator with a candidate place for every
+    conversation of the largest point and every point's baseline conversation."""
+    def edit(repo):
+        src, dst = os.path.join(repo, ACC), os.path.join(repo, LIVE)
+        shutil.copytree(src, dst)
+        cfg = os.path.join(dst, "config.pbtxt")
+        text = open(cfg).read().replace(f'name: "{ACC}"', f'name: "{LIVE}"')
+        text = re.sub(r"max_candidate_sequences: \d+", f"max_candidate_sequences: {max(counts) + points + 16}", text)
+        open(cfg, "w").write(text)
+    return edit
+
+
+def chat_leg(args, srv, out_dir, label, pair, points, protocols):
+    """chatload --closed at every (workload, model, count) and protocol on `srv`; chatload's
+    figures per point."""
+    rows = []
+    for workload, model, n in points:
+        for protocol in protocols:
+            name = f"pair{pair + 1}-{label}-chatload-{model}-{protocol}-{n}"
+            json_path = os.path.join(out_dir, name + ".json")
+            conns = args.chat_grpc_connections if protocol == "grpc" else args.chat_http_connections
+            cmd = [args.chatload, "--closed", "--protocol", protocol, "--workload", workload, "--model", model,
+                   "--http", srv.url("http"), "--grpc", srv.url("grpc"), "--metrics", f"127.0.0.1:{srv.metrics_port}",
+                   "--pid", str(srv.proc.pid), "--conversations", str(n), "--duration", str(args.chat_duration),
+                   "--connections", str(conns), "--streams", str(args.streams), "--sequence-id-base", "1",
+                   "--baseline-turns", "20", "--timeout-ms", "30000", "--json", json_path]
+            if args.chat_max_in_flight:
+                cmd += ["--max-in-flight", str(args.chat_max_in_flight)]
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            open(os.path.join(out_dir, name + ".txt"), "w").write(" ".join(cmd) + "\n" + run.stdout + run.stderr)
+            if run.returncode != 0:
+                print(f"FAILED {name}: exit {run.returncode}\n{run.stdout}{run.stderr}", flush=True)
+                rows.append({"run": name, "error": f"exit {run.returncode}"})
+                continue
+            f = json.load(open(json_path))
+            f.update(pair=pair + 1, build=label, run=name)
+            rows.append(f)
+            print(f"{name:>44}: {f['achieved_rate']:>8.1f} turns/s  live {f['live_sequences']:.0f}  "
+                  f"p99 {f['from_send_us']['p99']} µs  CPU µs/turn server {f['server_cpu_us_per_turn']:.0f} "
+                  f"client {f['client_cpu_us_per_turn']:.0f}  errors {f['errors']} cross-talk {f['crosstalk']}",
+                  flush=True)
+            srv.alive()
+    return rows
 
 
 def main():
@@ -37,8 +100,19 @@ def main():
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--counts", default="64,1000,4000")
     ap.add_argument("--stateless-counts", default="64,1000")
+    ap.add_argument("--chatload", help="loadtests/chatload (release): also run the closed-loop chatload leg")
+    ap.add_argument("--chat-counts", default="64,1000,4000,10000")
+    ap.add_argument("--chat-protocols", default="grpc,http")
+    ap.add_argument("--chat-duration", type=float, default=4.0, help="seconds of closed-loop load per point")
+    ap.add_argument("--chat-grpc-connections", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=4, help="chatload: gRPC streams per connection")
+    ap.add_argument("--chat-http-connections", type=int, default=32)
+    ap.add_argument("--skip-pa", action="store_true", help="the chatload leg only")
+    ap.add_argument("--chat-max-in-flight", type=int, default=None,
+                    help="chatload --max-in-flight: at most this many turns in flight (N conversations stay live, "
+                         "the server's queue holds at most this many)")
     args = ap.parse_args()
-    for p in (args.old, args.new, args.perf_analyzer):
+    for p in (args.old, args.new, args.perf_analyzer) + ((args.chatload,) if args.chatload else ()):
         if not os.path.exists(p):
             sys.exit(f"missing {p}")
     args.server = args.new
@@ -46,12 +120,22 @@ def main():
     header = common.run_header(args)
     loads = [(ACC, int(c), ["--sequence-length", "10"]) for c in args.counts.split(",")]
     loads += [(STATELESS, int(c), []) for c in args.stateless_counts.split(",") if c]
-    results, failures = [], []
+    if args.skip_pa:
+        loads = []
+    chat_counts = [int(c) for c in args.chat_counts.split(",")] if args.chatload else []
+    chat_protocols = args.chat_protocols.split(",")
+    # The stateless leg: independent clients of add_sub at --stateless-counts, closed loop too.
+    chat_points = [("sum", LIVE, n) for n in chat_counts]
+    if chat_counts:
+        chat_points += [("add-sub", STATELESS, int(c)) for c in args.stateless_counts.split(",") if c]
+    models = [ACC, STATELESS] + ([LIVE] if chat_counts else [])
+    edit = live_copy(chat_counts, len(chat_counts) * len(chat_protocols)) if chat_counts else None
+    results, failures, chat_rows = [], [], []
     for pair in range(args.pairs):
         order = (("old", args.old), ("new", args.new)) if pair % 2 == 0 else (("new", args.new), ("old", args.old))
         for label, binary in order:
             with common.bench_server(binary, args.onnxruntime_library, args.model_repository, out_dir,
-                                     models=[ACC, STATELESS], ready=[ACC, STATELESS],
+                                     models=[ACC, STATELESS], ready=models, edit_repo=edit,
                                      log_name=f"server-{label}-{pair + 1}.log", prefix="scal-") as srv:
                 for model, conc, extra in loads:
                     name = f"pair{pair + 1}-{label}-{model}-c{conc}"
@@ -73,6 +157,10 @@ def main():
                     print(f"{name:>44}: {r['infer_per_s']:>8.1f} infer/s  p99 {r['p99_us']:>9} µs  "
                           f"cores server {r['server_cores']:.2f} client {r['client_cores']:.2f}  "
                           f"end-of-run errors {len(r.get('teardown_errors', []))}", flush=True)
+                if chat_counts:
+                    rows = chat_leg(args, srv, out_dir, label, pair, chat_points, chat_protocols)
+                    failures += [r for r in rows if "error" in r]
+                    chat_rows += [r for r in rows if "error" not in r]
 
     def get(pair, build, model, conc):
         for r in results:
@@ -125,10 +213,48 @@ def main():
             first.setdefault(model, new_server)
             ratio = f"{new_server / first[model]:.2f}" if new_server and first[model] else "-"
             lines.append(f"| {model} c{conc} | {cells[0]} | {cells[1]} | {ratio} |")
-    common.write_summary(out_dir, {"header": header, "ratios": ratios, "results": results, "failures": failures},
-                         lines)
+    if chat_counts:
+        lines += chat_summary(chat_rows, chat_points, chat_protocols, args.pairs)
+    common.write_summary(out_dir, {"header": header, "ratios": ratios, "results": results, "failures": failures,
+                                   "chatload": chat_rows}, lines)
     if failures:
         sys.exit(1)
+
+
+def chat_summary(rows, points, protocols, pairs):
+    """The chatload leg: turns/s at each count ÷ at the model's first count on the same server, and
+    the CPU per turn of the server and of chatload, per build; median (min–max) over the pairs."""
+    lines = ["", f"chatload --closed on `{LIVE}` (every conversation live, zero think time) and on `{STATELESS}` "
+             "(independent clients): turns/s at the count ÷ turns/s at the model's first count on the same server "
+             "and protocol in the same pair; CPU µs per turn, server / chatload; the server's ÷ at the first count; "
+             "median (min–max) over the pairs.", "",
+             "| load | build | turns/s | ratio | CPU µs per turn, server / chatload | server's ÷ first | "
+             "p99 from sent µs | errors / cross-talk |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def get(pair, build, model, protocol, n):
+        for r in rows:
+            if (r["pair"], r["build"], r["model"], r["protocol"], r["conversations"]) == (pair, build, model, protocol, n):
+                return r
+        return None
+
+    for model in (LIVE, STATELESS):
+        counts = [n for _, m, n in points if m == model]
+        for protocol, n, build in [(p, c, b) for p in protocols for c in counts for b in ("old", "new")]:
+            at = [get(k, build, model, protocol, n) for k in range(1, pairs + 1)]
+            base = [get(k, build, model, protocol, counts[0]) for k in range(1, pairs + 1)]
+            both = [(a, b) for a, b in zip(at, base) if a and b]
+            if not both:
+                continue
+            ratio = [a["achieved_rate"] / b["achieved_rate"] for a, b in both]
+            server = [a["server_cpu_us_per_turn"] for a, _ in both]
+            client = [a["client_cpu_us_per_turn"] for a, _ in both]
+            server_ratio = [a["server_cpu_us_per_turn"] / b["server_cpu_us_per_turn"] for a, b in both]
+            lines.append(
+                f"| {model} {protocol} c{n} | {build} | {spread([a['achieved_rate'] for a, _ in both])} | "
+                f"{median(ratio):.2f} ({spread(ratio)}) | {median(server):.0f} / {median(client):.0f} | "
+                f"{median(server_ratio):.2f} | {spread([a['from_send_us']['p99'] for a, _ in both])} | "
+                f"{sum(a['errors'] for a, _ in both)} / {sum(a['crosstalk'] for a, _ in both)} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -56,6 +56,49 @@ def test_chatload_200_conversations(chat_server, protocol, tmp_path):
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_chatload_closed_loop(chat_server, protocol, tmp_path):
+    """`--closed`: each of 50 conversations sends its next turn as soon as its previous one is
+    answered, no rate: every conversation makes several turns, all checked, none late."""
+    srv = chat_server
+    out = tmp_path / "figures.json"
+    run = subprocess.run(
+        [str(CHATLOAD), "--closed", "--protocol", protocol, "--http", srv.http_url, "--grpc", srv.grpc_url,
+         "--metrics", f"127.0.0.1:{srv.metrics_port}", "--pid", str(srv.proc.pid), "--conversations", "50",
+         "--duration", "2", "--baseline-turns", "5", "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "closed loop (zero think time)" in run.stdout, run.stdout
+    f = json.loads(out.read_text())
+    assert f["closed"] is True and f["target_rate"] == 0, f
+    assert f["errors"] == 0 and f["crosstalk"] == 0 and f["late_turns"] == 0, f
+    # Several turns per conversation: the first STARTs it, the later ones are checked against its sum.
+    assert f["answered"] == f["turns"] >= 3 * 50, f
+    assert f["start_turn_us"]["count"] == 50 and f["later_turn_us"]["count"] == f["answered"] - 50, f
+    # Every conversation live (the baseline's too, unless the 1.5 s idle timeout released it meanwhile).
+    assert f["live_sequences"] in (50, 51), f
+    assert f["server_cpu_us_per_turn"] > 0 and f["client_cpu_us_per_turn"] > 0, f
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_chatload_drives_stateless_add_sub(start_server, repo_copy, protocol, tmp_path):
+    """`--workload add-sub`: independent clients of a stateless model, closed loop, every reply
+    checked against its own inputs; no sequence is opened."""
+    srv = start_server(repo_copy(["add_sub"]))
+    out = tmp_path / "figures.json"
+    run = subprocess.run(
+        [str(CHATLOAD), "--closed", "--workload", "add-sub", "--model", "add_sub", "--protocol", protocol,
+         "--http", srv.http_url, "--grpc", srv.grpc_url, "--metrics", f"127.0.0.1:{srv.metrics_port}",
+         "--pid", str(srv.proc.pid), "--conversations", "20", "--duration", "1", "--baseline-turns", "5",
+         "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    f = json.loads(out.read_text())
+    assert f["workload"] == "addsub" and f["errors"] == 0 and f["crosstalk"] == 0, f
+    assert f["answered"] == f["turns"] >= 20 and f["live_sequences"] == 0, f
+    assert 0 < f["compute_per_turn_us"] <= f["server_us"], f
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_chatecho_answers_every_turn_in_place(protocol, tmp_path):
     assert CHATECHO.exists(), f"{CHATECHO} is missing: cargo build --workspace"
     http_port, grpc_port = free_ports(2)

@@ -37,6 +37,18 @@ pub type SequenceActor = Scheduler<SharedSequence>;
 /// scheduler's time. An instance also drops a cancelled request it is handed.
 const CANCEL_SWEEP_EVERY: Duration = Duration::from_millis(10);
 
+/// The sweep's period grows with the requests queued, this much per request, so its cost per
+/// request stays the same whatever the queue's length: at 10,000 queued turns a sweep every
+/// 10 ms took the sweep's visits to about 20 per turn (the turn's cost grew with the queue);
+/// every 100 ms it is 2. A cancelled request is then noticed within 100 ms (at 10,000 queued,
+/// where a turn waits longer than that in the queue anyway).
+const CANCEL_SWEEP_PER_QUEUED: Duration = Duration::from_micros(10);
+
+/// The cancel sweep's period with `queued` requests queued.
+fn cancel_sweep_every(queued: usize) -> Duration {
+    CANCEL_SWEEP_EVERY.max(CANCEL_SWEEP_PER_QUEUED.saturating_mul(queued.min(u32::MAX as usize) as u32))
+}
+
 struct Slot {
     mailbox: Option<Sender<InstanceMsg>>,
     generation: u64,
@@ -91,7 +103,7 @@ impl<Q: Queue> Scheduler<Q> {
     /// Hands batches to free instances while both exist; arms a timer when a batch may grow.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         let now = self.clock.now();
-        if self.cancel_sweep.is_none_or(|t| now >= t + CANCEL_SWEEP_EVERY) {
+        if self.cancel_sweep.is_none_or(|t| now >= t + cancel_sweep_every(self.queue.len())) {
             self.cancel_sweep = Some(now);
             for p in self.queue.take_cancelled() {
                 p.fail(&self.stats, Error::cancelled("the client cancelled the request"));
@@ -133,7 +145,8 @@ impl<Q: Queue> Scheduler<Q> {
                     (a, b) => a.or(b),
                 };
                 // Requests wait: the next check for cancelled ones comes round by itself.
-                let sweep = self.cancel_sweep.filter(|_| !self.queue.is_empty()).map(|t| t + CANCEL_SWEEP_EVERY);
+                let queued = self.queue.len();
+                let sweep = self.cancel_sweep.filter(|_| queued > 0).map(|t| t + cancel_sweep_every(queued));
                 let wait = match (wait, sweep) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -423,5 +436,24 @@ impl SchedulerAddr {
                 Self::of(BatcherActor::start_in_arbiter(engine, new), shared)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::cancel_sweep_every;
+
+    #[test]
+    fn the_cancel_sweep_slows_with_the_queue_so_its_visits_per_request_stay_bounded() {
+        assert_eq!(cancel_sweep_every(0), Duration::from_millis(10));
+        assert_eq!(cancel_sweep_every(1_000), Duration::from_millis(10));
+        assert_eq!(cancel_sweep_every(4_000), Duration::from_millis(40));
+        assert_eq!(cancel_sweep_every(10_000), Duration::from_millis(100));
+        // Visits per second (queued ÷ period) stop growing past 1,000 queued.
+        let visits = |q: usize| q as f64 / cancel_sweep_every(q).as_secs_f64();
+        assert_eq!(visits(10_000), visits(1_000));
+        assert!(cancel_sweep_every(usize::MAX) >= Duration::from_secs(3600));
     }
 }

@@ -1,4 +1,5 @@
-//! One conversation's history and the check of every reply against it.
+//! One conversation's history and the check of every reply against it; and the stateless
+//! client of `add_sub` (`--workload add-sub`), whose every reply is checked against its own inputs.
 //!
 //! The model is the bundled accumulator: each reply is the running sum of the conversation's
 //! inputs since its START. A conversation opens with its own index as its first input (unique
@@ -70,9 +71,68 @@ impl Conversation {
     }
 }
 
+/// Elements of each of add_sub's inputs and outputs.
+pub const ADD_SUB_ELEMENTS: usize = 16;
+
+/// A stateless client of `add_sub` (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1): no
+/// state on the server, so the check is against the turn's own inputs, which differ per client
+/// and per turn (small integers, exact in FP32), so a reply meant for another request cannot pass.
+#[derive(Debug, Clone)]
+pub struct Stateless {
+    pub index: u64,
+    pub turns: u64,
+}
+
+impl Stateless {
+    pub fn new(index: u64) -> Self {
+        Stateless { index, turns: 0 }
+    }
+
+    /// The next request's INPUT0 and INPUT1.
+    pub fn next_inputs(&self) -> (Vec<f32>, Vec<f32>) {
+        let a = (0..ADD_SUB_ELEMENTS).map(|j| ((self.index % 100_000) as usize + j) as f32).collect();
+        let b = (0..ADD_SUB_ELEMENTS).map(|j| ((self.turns % 1000) as usize * 3 + j) as f32).collect();
+        (a, b)
+    }
+
+    /// Checks the reply (OUTPUT0, OUTPUT1) to `(a, b)`.
+    pub fn answer(&mut self, (a, b): (&[f32], &[f32]), (sum, diff): (&[f32], &[f32])) -> Result<(), String> {
+        self.turns += 1;
+        let expected_sum: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();
+        let expected_diff: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+        if sum != expected_sum.as_slice() {
+            return Err(format!("OUTPUT0: expected {expected_sum:?}, got {sum:?}"));
+        }
+        if diff != expected_diff.as_slice() {
+            return Err(format!("OUTPUT1: expected {expected_diff:?}, got {diff:?}"));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stateless_reply_is_checked_against_its_own_inputs() {
+        let mut c = Stateless::new(7);
+        let (a, b) = c.next_inputs();
+        assert_eq!((a.len(), b.len()), (ADD_SUB_ELEMENTS, ADD_SUB_ELEMENTS));
+        let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        let diff: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
+        assert!(c.answer((&a, &b), (&sum, &diff)).is_ok());
+        // The next turn's inputs differ, so the previous reply does not pass for it.
+        let (a2, b2) = c.next_inputs();
+        assert_ne!(b2, b);
+        assert!(c.answer((&a2, &b2), (&sum, &diff)).unwrap_err().contains("OUTPUT0"));
+        // Another client's reply to the same turn number does not pass either.
+        let other = Stateless { index: 8, turns: c.turns };
+        let (oa, ob) = other.next_inputs();
+        let (a3, b3) = c.next_inputs();
+        let osum: Vec<f32> = oa.iter().zip(&ob).map(|(x, y)| x + y).collect();
+        assert!(c.answer((&a3, &b3), (&osum, &diff)).is_err());
+    }
 
     #[test]
     fn running_sum_is_checked() {

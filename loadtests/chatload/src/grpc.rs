@@ -103,6 +103,20 @@ impl GrpcTurns {
         output_value(&response)
     }
 
+    /// One stateless add_sub request (no sequence parameters): OUTPUT0 and OUTPUT1.
+    pub async fn add_sub(&self, conversation: u64, a: &[f32], b: &[f32]) -> Result<(Vec<f32>, Vec<f32>), String> {
+        let tensor = |name: &str, v: &[f32]| InferInputTensor {
+            name: name.into(),
+            datatype: "FP32".into(),
+            shape: vec![1, v.len() as i64],
+            contents: Some(InferTensorContents { fp32_contents: v.to_vec(), ..Default::default() }),
+            ..Default::default()
+        };
+        let response =
+            self.call(conversation, 0, (false, false), vec![tensor("INPUT0", a), tensor("INPUT1", b)], None).await?;
+        Ok((output_f32(&response, "OUTPUT0")?, output_f32(&response, "OUTPUT1")?))
+    }
+
     /// One chat turn on a decoupled text-generation model (`stream` left false: one response,
     /// the whole reply and its counts); greedy decoding.
     pub async fn chat(
@@ -148,7 +162,8 @@ impl GrpcTurns {
     }
 
     /// Sends one request on the conversation's stream, with request id `id` (unique among the
-    /// requests in flight; a number of its own when `None`); its first response.
+    /// requests in flight; a number of its own when `None`); its first response. `sequence_id`
+    /// 0 sends no sequence parameters (a stateless request).
     async fn call(
         &self,
         conversation: u64,
@@ -160,10 +175,12 @@ impl GrpcTurns {
         let stream = &self.streams[(conversation as usize) % self.streams.len()];
         let id = id.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed).to_string());
         let mut parameters = HashMap::new();
-        parameters.insert(
-            "sequence_id".to_string(),
-            InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(sequence_id as i64)) },
-        );
+        if sequence_id != 0 {
+            parameters.insert(
+                "sequence_id".to_string(),
+                InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(sequence_id as i64)) },
+            );
+        }
         for (flag, on) in [("sequence_start", start), ("sequence_end", end)] {
             if on {
                 parameters.insert(
@@ -203,6 +220,15 @@ fn output_bytes(r: &ModelInferResponse, name: &str) -> Result<Vec<u8>, String> {
         return Ok(v);
     }
     c.int_contents.first().map(|i| i.to_le_bytes().to_vec()).ok_or(format!("{name} has no contents"))
+}
+
+/// An FP32 output's values, from raw_output_contents or typed contents.
+fn output_f32(r: &ModelInferResponse, name: &str) -> Result<Vec<f32>, String> {
+    let at = r.outputs.iter().position(|o| o.name == name).ok_or(format!("no {name} in the response"))?;
+    if let Some(raw) = r.raw_output_contents.get(at) {
+        return Ok(raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect());
+    }
+    r.outputs[at].contents.as_ref().map(|c| c.fp32_contents.clone()).ok_or(format!("{name} has no contents"))
 }
 
 /// OUTPUT's one INT32, from raw_output_contents or typed contents.

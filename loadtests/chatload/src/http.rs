@@ -73,6 +73,26 @@ impl HttpTurns {
             .ok_or_else(|| format!("no OUTPUT value in {v}"))
     }
 
+    /// One stateless add_sub request (no sequence parameters): OUTPUT0 and OUTPUT1.
+    pub async fn add_sub(&self, conversation: u64, a: &[f32], b: &[f32]) -> Result<(Vec<f32>, Vec<f32>), String> {
+        let body = serde_json::json!({
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, a.len()], "data": a},
+                {"name": "INPUT1", "datatype": "FP32", "shape": [1, b.len()], "data": b},
+            ],
+        });
+        let v = self.post(conversation, format!("/v2/models/{}/infer", self.model), body).await?;
+        let output = |name: &str| -> Result<Vec<f32>, String> {
+            v["outputs"]
+                .as_array()
+                .and_then(|o| o.iter().find(|o| o["name"] == name))
+                .and_then(|o| o["data"].as_array())
+                .map(|d| d.iter().filter_map(|x| x.as_f64()).map(|x| x as f32).collect())
+                .ok_or_else(|| format!("no {name} values in {v}"))
+        };
+        Ok((output("OUTPUT0")?, output("OUTPUT1")?))
+    }
+
     /// One chat turn through Triton's generate extension (`/v2/models/<m>/generate`: the
     /// model's inputs and the sequence parameters as fields); greedy decoding.
     pub async fn chat(

@@ -6,7 +6,10 @@
 //! Turn k of the run (k = 0, 1, ...) is due at k / rate seconds and belongs to conversation
 //! k mod N, so every conversation sends a turn every N / rate seconds (its think time) and the
 //! total rate is fixed whatever the server does. A turn's latency runs from the time it was due,
-//! so a server that falls behind shows it (no coordinated omission). Every reply is checked
+//! so a server that falls behind shows it (no coordinated omission). With `--closed` nothing
+//! paces the turns: each conversation sends its next turn as soon as its previous one is
+//! answered (closed.rs), and the achieved rate is the saturation throughput at N live
+//! conversations, at a cost per turn to the generator that does not grow with N. Every reply is checked
 //! against the conversation's own history (cross-talk): the running sum, or for chat the
 //! prompt and cached token counts (chat.rs), and a sample of chat turns against a stateless
 //! request after the load. Many conversations share a few
@@ -20,6 +23,7 @@
 #![recursion_limit = "256"]
 
 mod chat;
+mod closed;
 mod conv;
 mod grpc;
 mod http;
@@ -56,6 +60,9 @@ enum Workload {
     /// `text_output`, `finish_reason` and the token counts): `tiny_chat`. gRPC turns go over
     /// `ModelStreamInfer`, HTTP turns through `/v2/models/<m>/generate`.
     Chat,
+    /// Stateless requests to `add_sub` (INPUT0, INPUT1 FP32 [16]; OUTPUT0 = sum, OUTPUT1 =
+    /// difference, each checked): "conversations" are independent clients, no sequence.
+    AddSub,
 }
 
 #[derive(Parser, Debug)]
@@ -94,9 +101,18 @@ struct Args {
     /// Live conversations.
     #[arg(long, default_value_t = 1000)]
     conversations: u64,
-    /// Total turns per second, all conversations together.
+    /// Total turns per second, all conversations together (open loop).
     #[arg(long, default_value_t = 500.0)]
     rate: f64,
+    /// Closed loop instead of a fixed rate: each conversation sends its next turn as soon as its
+    /// previous one is answered (zero think time) for --duration seconds, so the achieved rate is
+    /// the server's saturation throughput at --conversations live conversations (--rate unused).
+    #[arg(long)]
+    closed: bool,
+    /// With --closed: at most this many turns in flight at once (the others wait in order), so
+    /// N conversations stay live while the server's queue holds at most this many turns.
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// Seconds of load.
     #[arg(long, default_value_t = 20.0)]
     duration: f64,
@@ -269,8 +285,9 @@ async fn baseline(
     sequence_id: u64,
     n: u64,
     timeout: Duration,
+    stateless: bool,
 ) -> Result<Latencies> {
-    let mut c = Conv::new(chat, 0, sequence_id);
+    let mut c = if stateless { Conv::Stateless(conv::Stateless::new(0)) } else { Conv::new(chat, 0, sequence_id) };
     let mut lat = Vec::new();
     for _ in 0..n {
         let done = c.turn(turns, chat, 0, 1, timeout).await;
@@ -301,35 +318,17 @@ async fn chat_setup(args: &Args) -> Result<Option<Arc<ChatSetup>>> {
     })))
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
-    if args.conversations == 0 || args.rate <= 0.0 {
-        bail!("--conversations and --rate must be positive");
-    }
-    let chat = chat_setup(&args).await?;
-    let turns = Arc::new(match args.protocol {
-        Protocol::Grpc => Turns::Grpc(
-            grpc::GrpcTurns::connect(&format!("http://{}", args.grpc), &args.model, args.connections, args.streams)
-                .await?,
-        ),
-        Protocol::Http => Turns::Http(http::HttpTurns::connect(&args.http, &args.model, args.connections).await?),
-    });
+/// The open loop: turn k of the run is due at k / rate seconds from `start` and belongs to
+/// conversation k mod N; returns once every turn is answered (or has failed).
+async fn paced(
+    args: &Args,
+    turns: &Arc<Turns>,
+    chat: &Option<Arc<ChatSetup>>,
+    conversations: &Arc<Vec<tokio::sync::Mutex<Conv>>>,
+    tally: &Arc<Tally>,
+    start: Instant,
+) -> Result<()> {
     let n = args.conversations;
-    let base = args.sequence_id_base;
-    // The baseline conversation's id is past the load's ones.
-    let unloaded =
-        baseline(&turns, chat.as_deref(), base + n, args.baseline_turns, Duration::from_millis(args.timeout_ms))
-            .await?;
-    let rss_before = args.pid.map(server::rss_bytes).transpose()?;
-    let bare = args.bare_server;
-    let compute_before = if bare { Default::default() } else { server::compute(&args.http, &args.model).await? };
-    let cpu_before = (args.pid.map(server::cpu_seconds).transpose()?, server::cpu_seconds(std::process::id())?);
-    let releases_before = if bare { 0.0 } else { server::sequences(&args.metrics, &args.model).await?.idle_releases };
-
-    let conversations: Arc<Vec<tokio::sync::Mutex<Conv>>> =
-        Arc::new((0..n).map(|i| tokio::sync::Mutex::new(Conv::new(chat.as_deref(), i, base + i))).collect());
-    let tally = Arc::new(Tally::default());
     let total = (args.rate * args.duration).round() as u64;
     let timeout = Duration::from_millis(args.timeout_ms);
     // The pacer: an OS thread that sleeps until each turn is due (nanosleep, tens of
@@ -337,7 +336,6 @@ async fn main() -> Result<()> {
     // millisecond resolution: pacing with `sleep_until` sent the turns of each millisecond
     // together, up to a millisecond after they were due, and that lateness counted in every
     // turn's latency (p50 about 1 ms at 10,000 turns/s whatever the server did).
-    let start = Instant::now();
     let rate = args.rate;
     let due = move |k: u64| start + Duration::from_secs_f64(k as f64 / rate);
     let runtime = tokio::runtime::Handle::current();
@@ -364,10 +362,77 @@ async fn main() -> Result<()> {
     while tally.done.load(Ordering::Relaxed) < total {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.conversations == 0 || (args.rate <= 0.0 && !args.closed) {
+        bail!("--conversations and --rate must be positive");
+    }
+    if args.workload == Workload::AddSub && args.reclaim_wait > 0.0 {
+        bail!("--workload add-sub is stateless: nothing to reclaim (--reclaim-wait)");
+    }
+    let chat = chat_setup(&args).await?;
+    let turns = Arc::new(match args.protocol {
+        Protocol::Grpc => Turns::Grpc(
+            grpc::GrpcTurns::connect(&format!("http://{}", args.grpc), &args.model, args.connections, args.streams)
+                .await?,
+        ),
+        Protocol::Http => Turns::Http(http::HttpTurns::connect(&args.http, &args.model, args.connections).await?),
+    });
+    let n = args.conversations;
+    let base = args.sequence_id_base;
+    // The baseline conversation's id is past the load's ones.
+    let unloaded = baseline(
+        &turns,
+        chat.as_deref(),
+        base + n,
+        args.baseline_turns,
+        Duration::from_millis(args.timeout_ms),
+        args.workload == Workload::AddSub,
+    )
+    .await?;
+    let rss_before = args.pid.map(server::rss_bytes).transpose()?;
+    let bare = args.bare_server;
+    // The sequence gauges: none for a bare server or a stateless model.
+    let no_sequences = bare || args.workload == Workload::AddSub;
+    let compute_before = if bare { Default::default() } else { server::compute(&args.http, &args.model).await? };
+    let cpu_before = (args.pid.map(server::cpu_seconds).transpose()?, server::cpu_seconds(std::process::id())?);
+    let releases_before =
+        if no_sequences { 0.0 } else { server::sequences(&args.metrics, &args.model).await?.idle_releases };
+
+    let conversations: Arc<Vec<tokio::sync::Mutex<Conv>>> = Arc::new(
+        (0..n)
+            .map(|i| {
+                tokio::sync::Mutex::new(if args.workload == Workload::AddSub {
+                    Conv::Stateless(conv::Stateless::new(i))
+                } else {
+                    Conv::new(chat.as_deref(), i, base + i)
+                })
+            })
+            .collect(),
+    );
+    let tally = Arc::new(Tally::default());
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let start = Instant::now();
+    if args.closed {
+        let until = start + Duration::from_secs_f64(args.duration);
+        let (turns, conversations, tally, chat) = (turns.clone(), conversations.clone(), tally.clone(), chat.clone());
+        closed::run(n, until, args.max_in_flight, move |index, k| {
+            let (turns, conversations, tally, chat) =
+                (turns.clone(), conversations.clone(), tally.clone(), chat.clone());
+            one_turn(turns, chat, conversations, tally, index, k, Instant::now(), timeout)
+        })
+        .await;
+    } else {
+        paced(&args, &turns, &chat, &conversations, &tally, start).await?;
+    }
     let elapsed = start.elapsed().as_secs_f64();
     let last_turn = Instant::now();
 
-    let live = if bare { Default::default() } else { server::sequences(&args.metrics, &args.model).await? };
+    let live = if no_sequences { Default::default() } else { server::sequences(&args.metrics, &args.model).await? };
     let rss_loaded = args.pid.map(server::rss_bytes).transpose()?;
     let server_cpu = match (args.pid, cpu_before.0) {
         (Some(pid), Some(before)) => server::cpu_seconds(pid)? - before,
@@ -430,7 +495,8 @@ async fn main() -> Result<()> {
         conversations: n,
         connections: args.connections,
         streams: if args.protocol == Protocol::Grpc { args.streams } else { 0 },
-        target_rate: args.rate,
+        closed: args.closed,
+        target_rate: if args.closed { 0.0 } else { args.rate },
         duration_s: elapsed,
         turns: tally.done.load(Ordering::Relaxed),
         answered: times.len() as u64,

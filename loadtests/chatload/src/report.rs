@@ -76,6 +76,8 @@ pub struct Figures {
     pub conversations: u64,
     pub connections: usize,
     pub streams: usize,
+    /// Closed loop (zero think time): no target rate, the achieved rate is the saturation.
+    pub closed: bool,
     pub target_rate: f64,
     pub duration_s: f64,
     pub turns: u64,
@@ -138,7 +140,7 @@ impl Figures {
         let l = &self.latency_us;
         let u = &self.unloaded_us;
         let mut s = format!(
-            "chatload {} {} {}: {} conversations on {} connection(s){}, {:.0} turns/s target, {:.1} s\n\
+            "chatload {} {} {}: {} conversations on {} connection(s){}, {}, {:.1} s\n\
              turns {} answered {} achieved {:.1}/s late {} errors {} (timeouts {}) cross-talk {}\n\
              turn latency us (from due): p50 {} p99 {} p99.9 {} max {}\n\
              turns with START: {} p50 {} p99 {}; later turns: {} p50 {} p99 {}\n\
@@ -156,7 +158,11 @@ impl Figures {
             self.conversations,
             self.connections,
             if self.streams > 0 { format!(" x {} streams", self.streams) } else { String::new() },
-            self.target_rate,
+            if self.closed {
+                "closed loop (zero think time)".to_string()
+            } else {
+                format!("{:.0} turns/s target", self.target_rate)
+            },
             self.duration_s,
             self.turns,
             self.answered,
@@ -229,7 +235,7 @@ impl Figures {
         json!({
             "protocol": self.protocol, "workload": self.workload, "max_tokens": self.max_tokens,
             "model": self.model, "conversations": self.conversations,
-            "connections": self.connections, "streams": self.streams, "target_rate": self.target_rate,
+            "connections": self.connections, "streams": self.streams, "closed": self.closed, "target_rate": self.target_rate,
             "duration_s": self.duration_s, "turns": self.turns, "answered": self.answered,
             "achieved_rate": self.achieved_rate, "late_turns": self.late_turns, "errors": self.errors,
             "timeouts": self.timeouts, "crosstalk": self.crosstalk,

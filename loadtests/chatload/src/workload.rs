@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tokenizers::Tokenizer;
 
 use crate::chat::{self, ChatConversation, ChatReply, Sample, Template};
-use crate::conv::{Conversation, Verdict};
+use crate::conv::{Conversation, Stateless, Verdict};
 use crate::{grpc, http};
 
 pub enum Turns {
@@ -23,6 +23,13 @@ impl Turns {
         match self {
             Turns::Grpc(g) => g.turn(conversation, sequence_id, value, start).await,
             Turns::Http(h) => h.turn(conversation, sequence_id, value, start).await,
+        }
+    }
+
+    async fn add_sub(&self, conversation: u64, a: &[f32], b: &[f32]) -> Result<(Vec<f32>, Vec<f32>), String> {
+        match self {
+            Turns::Grpc(g) => g.add_sub(conversation, a, b).await,
+            Turns::Http(h) => h.add_sub(conversation, a, b).await,
         }
     }
 
@@ -78,10 +85,11 @@ impl ChatSetup {
     }
 }
 
-/// One conversation of either workload.
+/// One conversation of a workload (a stateless client of add_sub for `--workload add-sub`).
 pub enum Conv {
     Sum(Conversation),
     Chat(ChatConversation),
+    Stateless(Stateless),
 }
 
 /// How a turn ended.
@@ -123,6 +131,18 @@ impl Conv {
         timeout: Duration,
     ) -> Done {
         match (self, chat) {
+            (Conv::Stateless(c), _) => {
+                let (a, b) = c.next_inputs();
+                let sent = Instant::now();
+                let result = tokio::time::timeout(timeout, turns.add_sub(index, &a, &b)).await;
+                let answered = Instant::now();
+                let outcome = match result {
+                    Err(_) => Outcome::Timeout,
+                    Ok(Err(e)) => Outcome::Error(e),
+                    Ok(Ok((sum, diff))) => Outcome::Answered(c.answer((&a, &b), (&sum, &diff)).err()),
+                };
+                Done { start: false, sent, answered, outcome, sample: None, tokens: None }
+            }
             (Conv::Sum(c), _) => {
                 let (value, start) = c.next_turn();
                 let sent = Instant::now();
@@ -182,6 +202,7 @@ impl Conv {
                 turns.chat(0, c.sequence_id, &turn.prompt, (false, false), setup.max_tokens, None).await.map(|_| ())
             }
             (Conv::Sum(c), _) => turns.turn(0, c.sequence_id, c.next_turn().0, false).await.map(|_| ()),
+            (Conv::Stateless(_), _) => Err("a stateless client has no sequence to release".into()),
             (Conv::Chat(_), None) => unreachable!("a chat conversation without the chat setup"),
         }
     }
