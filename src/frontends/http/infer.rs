@@ -12,7 +12,7 @@ use super::body::check_length;
 pub use super::body::read_body;
 use super::encode::{encode_response, into_http};
 use super::error::HttpResult;
-use super::handlers::{model_and_version, ModelPath};
+use super::handlers::{model_and_version, path_version, ModelPath};
 use super::infer_json::{decode_infer, OutputPlan};
 use super::observe::traced;
 use super::HttpState;
@@ -28,6 +28,20 @@ pub async fn infer(
     let (model, version) = model_and_version(&path)?;
     let header_length = req.headers().get(HEADER_LENGTH).cloned();
     infer_model(&state, model, version, &req, payload, header_length).await
+}
+
+/// `infer` for a path the front door matched itself (`super::routing`): the model's and the
+/// version's segments as they appear in the path.
+pub async fn infer_at(
+    state: &HttpState,
+    model: &str,
+    version: Option<&str>,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> HttpResult<HttpResponse> {
+    let version = path_version(version)?;
+    let header_length = req.headers().get(HEADER_LENGTH).cloned();
+    infer_model(state, model.to_string(), version, req, payload, header_length).await
 }
 
 /// Runs one inference request of `model` from an HTTP body; `header_length` is the size of

@@ -57,8 +57,23 @@ fn uint_param(v: &Value, name: &str) -> Result<u64> {
 }
 
 /// Decodes the request for `model` (and `version`, `None` = latest). `json` is the JSON header,
-/// `binary` the rest of the body (empty without `Inference-Header-Content-Length`).
+/// `binary` the rest of the body (empty without `Inference-Header-Content-Length`). The typed
+/// reading (`infer_header`) takes the usual header; anything else, errors included, is read here
+/// as a `Value` tree, which words Triton's errors.
 pub fn decode_infer(
+    model: &str,
+    version: Option<i64>,
+    json: &[u8],
+    binary: Bytes,
+) -> Result<(InferRequest, OutputPlan)> {
+    if let Some(decoded) = super::infer_header::decode_typed(model, version, json, binary.clone()) {
+        return Ok(decoded);
+    }
+    decode_value(model, version, json, binary)
+}
+
+/// `decode_infer` through a `serde_json::Value` tree.
+pub fn decode_value(
     model: &str,
     version: Option<i64>,
     json: &[u8],
@@ -107,7 +122,7 @@ pub fn decode_infer(
     Ok((request, plan))
 }
 
-fn decode_parameters(params: &Map<String, Value>, request: &mut InferRequest, plan: &mut OutputPlan) -> Result<()> {
+pub(super) fn decode_parameters(params: &Map<String, Value>, request: &mut InferRequest, plan: &mut OutputPlan) -> Result<()> {
     let mut values = Vec::with_capacity(params.len());
     for (key, value) in params {
         if key == "binary_data_output" {
