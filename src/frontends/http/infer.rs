@@ -1,6 +1,7 @@
 //! `POST /v2/models/{m}[/versions/{v}]/infer`: the body (JSON, or JSON plus binary tensors) is
 //! read up to `--http-max-input-size`, decoded, run through the engine and encoded back.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -18,6 +19,7 @@ use super::observe::traced;
 use super::HttpState;
 use crate::frontends::request_log::request_span;
 use crate::observe::trace::ActiveTrace;
+use crate::server::LoadedModel;
 
 pub async fn infer(
     state: web::Data<HttpState>,
@@ -96,7 +98,7 @@ pub async fn infer_model(
             // The request first: one run on this thread (a lone request) is answered at its
             // first poll, before the watch's timer is ever set.
             biased;
-            answer = run(state, request, &plan, trace, routed) => answer,
+            answer = run(state, loaded, request, &plan, trace, routed) => answer,
             () = super::disconnect::closed(peer) => {
                 tracing::debug!("HTTP client closed the connection; its request is dropped");
                 return Err(Error::cancelled("the client closed the connection").into());
@@ -114,6 +116,7 @@ pub async fn infer_model(
 
 async fn run(
     state: &HttpState,
+    loaded: Arc<LoadedModel>,
     mut request: InferRequest,
     plan: &OutputPlan,
     trace: Option<ActiveTrace>,
@@ -124,9 +127,12 @@ async fn run(
         t.attach(&mut request);
         t.record("REQUEST_START");
     }
-    let requested = request.outputs.clone();
-    let (model, response) =
-        state.server.infer(request).await.map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
+    let requested = crate::frontends::classification::classified(&request.outputs);
+    let (model, response) = state
+        .server
+        .infer_on(loaded, request)
+        .await
+        .map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
     if let Some(t) = &trace {
         t.record("REQUEST_END");
         t.response_complete();

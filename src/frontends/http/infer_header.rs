@@ -112,7 +112,12 @@ impl Params<'_> {
 
 /// The request and its output plan, or `None` where the `Value` reading must decide (see the
 /// module's doc).
-pub fn decode_typed(model: &str, version: Option<i64>, json: &[u8], binary: Bytes) -> Option<(InferRequest, OutputPlan)> {
+pub fn decode_typed(
+    model: &str,
+    version: Option<i64>,
+    json: &[u8],
+    binary: Bytes,
+) -> Option<(InferRequest, OutputPlan)> {
     let Obj(header) = serde_json::from_slice::<Obj<Header>>(json).ok()?;
     let mut request = InferRequest::new(model, Vec::with_capacity(header.inputs.len()));
     request.version = version;
@@ -130,6 +135,7 @@ pub fn decode_typed(model: &str, version: Option<i64>, json: &[u8], binary: Byte
     cursor.finish(model).ok()?;
     if let Some(outputs) = header.outputs {
         request.outputs.reserve_exact(outputs.len());
+        plan.listed.reserve_exact(outputs.len());
         for Obj(output) in outputs {
             let params = output.parameters.map(|Obj(p)| p).unwrap_or_default();
             let place = params.placement()?;
@@ -141,9 +147,9 @@ pub fn decode_typed(model: &str, version: Option<i64>, json: &[u8], binary: Byte
                 None => 0,
             };
             let name = output.name.to_string();
-            plan.listed.insert(name.clone(), params.binary_data.unwrap_or(false));
+            plan.listed.push((name.clone(), params.binary_data.unwrap_or(false)));
             if let Some(place) = place {
-                plan.shm.insert(name.clone(), place);
+                plan.shm.push((name.clone(), place));
             }
             request.outputs.push(RequestedOutput { name, class_count });
         }
