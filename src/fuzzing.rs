@@ -10,11 +10,14 @@ use bytes::Bytes;
 
 use crate::config;
 use crate::frontends::http::binary::split_body;
-use crate::frontends::http::infer_json::decode_infer;
+use crate::frontends::http::infer_json::{decode_infer, decode_value};
 
 /// An HTTP infer body: the first line of `data` is the `Inference-Header-Content-Length`
 /// header's value (none when the line is empty or there is no newline), the rest is the body,
 /// decoded as `POST /v2/models/m/infer` decodes it. True when the request was accepted.
+///
+/// The server reads a header the typed way first and falls back to a `serde_json::Value` tree;
+/// both readings must give the same request (or the same error) for every input.
 pub fn infer_body(data: &[u8]) -> bool {
     let (header, body) = match data.iter().position(|&b| b == b'\n') {
         Some(i) => (&data[..i], &data[i + 1..]),
@@ -22,7 +25,25 @@ pub fn infer_body(data: &[u8]) -> bool {
     };
     let header = if header.is_empty() { None } else { HeaderValue::from_bytes(header).ok() };
     let Ok((json, binary)) = split_body(Bytes::copy_from_slice(body), header.as_ref()) else { return false };
-    decode_infer("m", None, &json, binary).is_ok()
+    let decoded = decode_infer("m", None, &json, binary.clone());
+    let by_value = decode_value("m", None, &json, binary);
+    match (&decoded, &by_value) {
+        (Ok((a, plan_a)), Ok((b, plan_b))) => {
+            assert_eq!(request_parts(a), request_parts(b), "the typed and the Value readings disagree");
+            assert_eq!(plan_a, plan_b, "the typed and the Value readings plan the outputs differently");
+        }
+        (Err(a), Err(b)) => assert_eq!(a.message, b.message),
+        _ => panic!("one reading accepted what the other refused"),
+    }
+    decoded.is_ok()
+}
+
+/// What a decoded request is made of (the parts a frontend sets).
+fn request_parts(r: &tritium_actors::InferRequest) -> String {
+    format!(
+        "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+        r.id, r.model, r.version, r.inputs, r.outputs, r.parameters, r.sequence, r.priority, r.timeout_us
+    )
 }
 
 /// A `config.pbtxt`: parsed, completed and checked as a load does, then turned into the

@@ -23,6 +23,7 @@ pub mod frontends {
 
     pub mod http {
         pub mod binary;
+        mod infer_header;
         pub mod infer_json;
         pub mod tensor_json;
     }

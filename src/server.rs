@@ -166,28 +166,31 @@ impl Server {
 
     /// Resolves the request's model and version, validates and queues it.
     pub fn submit(&self, request: InferRequest, reply: Reply) -> Result<Arc<LoadedModel>> {
-        self.submit_with(request, reply, false)
-    }
-
-    /// Resolves, validates and queues a request whose answer the caller awaits at once: a lone
-    /// request may run on this thread (`ModelHandle::submit_here`).
-    fn submit_with(&self, request: InferRequest, reply: Reply, here: bool) -> Result<Arc<LoadedModel>> {
-        if self.shutting_down.load(Relaxed) {
-            return Err(Error::unavailable("Server is shutting down: new inference requests are refused"));
-        }
-        self.drain.admit(&request)?;
+        self.admit(&request)?;
         let model = self.model(&request.model, request.version)?;
-        if here {
-            model.handle.submit_here(request, reply)?;
-        } else {
-            model.handle.submit(request, reply)?;
-        }
+        model.handle.submit(request, reply)?;
         Ok(model)
     }
 
-    pub async fn infer(&self, request: InferRequest) -> Result<(Arc<LoadedModel>, InferResponse)> {
+    /// A request is refused while the server shuts down or drains.
+    fn admit(&self, request: &InferRequest) -> Result<()> {
+        if self.shutting_down.load(Relaxed) {
+            return Err(Error::unavailable("Server is shutting down: new inference requests are refused"));
+        }
+        self.drain.admit(request)
+    }
+
+    /// Runs a request whose answer the caller awaits at once on `model`, the version
+    /// `Server::model` gave the frontend for it (one look-up of the router per request, not two):
+    /// validated and queued, or, a lone request, run on this thread (`ModelHandle::submit_here`).
+    pub async fn infer_on(
+        &self,
+        model: Arc<LoadedModel>,
+        request: InferRequest,
+    ) -> Result<(Arc<LoadedModel>, InferResponse)> {
+        self.admit(&request)?;
         let (reply, rx) = Reply::once();
-        let model = self.submit_with(request, reply, true)?;
+        model.handle.submit_here(request, reply)?;
         let response =
             rx.await.map_err(|_| Error::internal(format!("model '{}' dropped the request", model.name())))??;
         Ok((model, response))

@@ -161,20 +161,46 @@ pub fn classify(tensor: &Tensor, class_count: u32, batched: bool, labels: Option
 /// A response's outputs as the client gets them: classification applied where a requested
 /// output asked for `class_count`. `batched` = the model's `max_batch_size > 0`; `labels` maps
 /// an output name to its label file lines.
-pub fn final_outputs(
-    response: &tritium_actors::InferResponse,
+/// Outputs that are not classified are borrowed from the response, not copied.
+pub fn final_outputs<'a>(
+    response: &'a tritium_actors::InferResponse,
+    requested: &[tritium_actors::RequestedOutput],
+    batched: bool,
+    labels: &std::collections::HashMap<String, Vec<String>>,
+) -> Result<Vec<std::borrow::Cow<'a, Tensor>>> {
+    response.outputs.iter().map(|t| final_output(std::borrow::Cow::Borrowed(t), requested, batched, labels)).collect()
+}
+
+/// `final_outputs` for a response the caller owns: its outputs are moved, not copied.
+pub fn final_outputs_owned(
+    outputs: Vec<Tensor>,
     requested: &[tritium_actors::RequestedOutput],
     batched: bool,
     labels: &std::collections::HashMap<String, Vec<String>>,
 ) -> Result<Vec<Tensor>> {
-    response
-        .outputs
-        .iter()
-        .map(|t| match requested.iter().find(|r| r.name == t.name && r.class_count > 0) {
-            Some(r) => classify(t, r.class_count, batched, labels.get(&t.name).map(Vec::as_slice)),
-            None => Ok(t.clone()),
-        })
+    (outputs.into_iter())
+        .map(|t| final_output(std::borrow::Cow::Owned(t), requested, batched, labels).map(std::borrow::Cow::into_owned))
         .collect()
+}
+
+fn final_output<'a>(
+    t: std::borrow::Cow<'a, Tensor>,
+    requested: &[tritium_actors::RequestedOutput],
+    batched: bool,
+    labels: &std::collections::HashMap<String, Vec<String>>,
+) -> Result<std::borrow::Cow<'a, Tensor>> {
+    match requested.iter().find(|r| r.name == t.name && r.class_count > 0) {
+        Some(r) => {
+            Ok(std::borrow::Cow::Owned(classify(&t, r.class_count, batched, labels.get(&t.name).map(Vec::as_slice))?))
+        }
+        None => Ok(t),
+    }
+}
+
+/// The outputs a response's encoding must know of: those asked to be classified (the others
+/// are encoded as they come), so a request without classification keeps no copy of its list.
+pub fn classified(outputs: &[tritium_actors::RequestedOutput]) -> Vec<tritium_actors::RequestedOutput> {
+    outputs.iter().filter(|o| o.class_count > 0).cloned().collect()
 }
 
 #[cfg(test)]

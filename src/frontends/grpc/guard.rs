@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::Frame;
-use tokio::time::{sleep, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic::codegen::Service;
@@ -99,8 +99,9 @@ where
 /// `retriable_status_codes`, say) can then retry it on another replica. nginx cannot: it never
 /// buffers a gRPC request body, so it retries no gRPC call it has sent.
 fn unavailable_as_503(response: &mut Response<Body>) {
-    let unavailable = (Code::Unavailable as i32).to_string();
-    if response.headers().get("grpc-status").is_some_and(|v| v.as_bytes() == unavailable.as_bytes()) {
+    const UNAVAILABLE: &[u8] = b"14";
+    const _: () = assert!(Code::Unavailable as i32 == 14);
+    if response.headers().get("grpc-status").is_some_and(|v| v.as_bytes() == UNAVAILABLE) {
         *response.status_mut() = tonic::codegen::http::StatusCode::SERVICE_UNAVAILABLE;
     }
 }
@@ -118,6 +119,26 @@ fn too_slow(timeout: Duration) -> Status {
     ))
 }
 
+/// When a message must be in: an instant until the body first waits for bytes, then a timer.
+/// A unary call's message has usually arrived whole when tonic first reads it, so its timer is
+/// never made (no allocation, nothing in the runtime's timer wheel).
+enum Deadline {
+    At(Instant),
+    Timer(Pin<Box<Sleep>>),
+}
+
+impl Deadline {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Deadline::At(at) = *self {
+            *self = Deadline::Timer(Box::pin(sleep_until(at)));
+        }
+        match self {
+            Deadline::Timer(timer) => timer.as_mut().poll(cx),
+            Deadline::At(_) => unreachable!("made a timer above"),
+        }
+    }
+}
+
 /// A request body that follows the gRPC framing (1 flag byte, 4 length bytes, the message) and
 /// fails with RESOURCE_EXHAUSTED at the first length prefix over `limit`, before the message's
 /// bytes are read, and with DEADLINE_EXCEEDED when a message takes longer than the read timeout.
@@ -127,7 +148,7 @@ pub struct MessageLimit<B> {
     read_timeout: Option<Duration>,
     /// While a message is arriving (or, for a call that sends at once, until its first has):
     /// when it must be in.
-    deadline: Option<Pin<Box<Sleep>>>,
+    deadline: Option<Deadline>,
     /// Bytes of the current message's body still to pass.
     body_left: usize,
     /// The prefix read so far when it spans frames.
@@ -155,7 +176,7 @@ impl<B> MessageLimit<B> {
     pub fn with_read_timeout(mut self, timeout: Option<Duration>, from_start: bool) -> Self {
         self.read_timeout = timeout;
         if let (Some(t), true) = (timeout, from_start) {
-            self.deadline = Some(Box::pin(sleep(t)));
+            self.deadline = Some(Deadline::At(Instant::now() + t));
         }
         self
     }
@@ -167,7 +188,7 @@ impl<B> MessageLimit<B> {
         if !inside {
             self.deadline = None;
         } else if self.deadline.is_none() {
-            self.deadline = Some(Box::pin(sleep(timeout)));
+            self.deadline = Some(Deadline::At(Instant::now() + timeout));
         }
     }
 
@@ -212,7 +233,7 @@ where
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(other) => return Poll::Ready(other),
             Poll::Pending => {
-                let late = self.deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                let late = self.deadline.as_mut().is_some_and(|d| d.poll(cx).is_ready());
                 if let (true, Some(timeout)) = (late, self.read_timeout) {
                     self.failed = true;
                     return Poll::Ready(Some(Err(too_slow(timeout))));

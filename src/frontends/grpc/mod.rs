@@ -238,11 +238,11 @@ impl GrpcInferenceService for GrpcService {
                 t.attach(&mut request);
                 t.record("REQUEST_START");
             }
-            let requested = request.outputs.clone();
+            let requested = crate::frontends::classification::classified(&request.outputs);
             // Dropping this future (the client cancelled) closes the reply; the engine then drops
             // the request if it is still queued.
             let routed = !affinity.is_empty();
-            let answer = self.server.infer(request).await;
+            let answer = self.server.infer_on(model, request).await;
             let answer = answer.map_err(|e| crate::frontends::affinity::routed_error(e, routed));
             let answer = answer.or_status().and_then(|(model, response)| {
                 if let Some(t) = &trace {
@@ -250,7 +250,7 @@ impl GrpcInferenceService for GrpcService {
                     t.response_complete();
                     t.record("GRPC_SEND_START");
                 }
-                Ok((encode(&response, &requested, &shm_outputs, &model, None).or_status()?, model))
+                Ok((encode(response, &requested, &shm_outputs, &model, None).or_status()?, model))
             });
             match &answer {
                 Ok(_) => tracing::debug!("gRPC infer request answered"),

@@ -155,7 +155,7 @@ fn submit(
     let turn = request.sequence.as_ref().map(|s| lanes.take(&request.model, &s.id));
     let empty_final =
         matches!(request.parameters.get("triton_enable_empty_final_response"), Some(ParamValue::Bool(true)));
-    let requested = request.outputs.clone();
+    let requested = crate::frontends::classification::classified(&request.outputs);
     let span = request_span(&request);
     span.in_scope(|| tracing::debug!("gRPC stream infer request received"));
     let trace = trace.map(|t| {
@@ -207,7 +207,7 @@ async fn forward(mut running: Running, out: &mpsc::Sender<Result<ModelStreamInfe
             return;
         }
         let flag = decoupled.then_some(("triton_final_response", ParamValue::Bool(is_final)));
-        let message = match encode(&answer, &running.requested, &running.shm_outputs, &running.model, flag) {
+        let message = match encode(answer, &running.requested, &running.shm_outputs, &running.model, flag) {
             Ok(r) => ModelStreamInferResponse { error_message: String::new(), infer_response: Some(r) },
             Err(e) => error_response(e.message),
         };

@@ -31,14 +31,14 @@ fn parameters(p: &Parameters) -> HashMap<String, InferParameter> {
 /// Encodes one response; outputs go in `raw_output_contents` (an empty entry for one written
 /// to shared memory, so indices still line up with `outputs`).
 pub fn encode(
-    response: &InferResponse,
+    response: InferResponse,
     requested: &[RequestedOutput],
     shm_outputs: &HashMap<String, Placement>,
     model: &LoadedModel,
     extra: Option<(&str, ParamValue)>,
 ) -> Result<ModelInferResponse> {
-    let tensors = crate::frontends::classification::final_outputs(
-        response,
+    let tensors = crate::frontends::classification::final_outputs_owned(
+        response.outputs,
         requested,
         model.handle.policy.batches(),
         &model.labels,
@@ -71,9 +71,9 @@ pub fn encode(
         params.insert(k.to_string(), infer_parameter(&v));
     }
     Ok(ModelInferResponse {
-        model_name: response.model.clone(),
+        model_name: response.model,
         model_version: response.version.to_string(),
-        id: response.id.clone(),
+        id: response.id,
         parameters: params,
         outputs,
         raw_output_contents: raw,

@@ -80,7 +80,7 @@ pub fn encode_response(
     let mut binary = Vec::new();
     let mut json_outputs = Vec::with_capacity(outputs.len());
     for t in &outputs {
-        let (parameters, data) = if let Some(place) = plan.shm.get(&t.name) {
+        let (parameters, data) = if let Some(place) = plan.shm_of(&t.name) {
             crate::shm::write(&place.region, place.offset, place.byte_size, &t.data, &t.name)?;
             (None, None)
         } else if plan.is_binary(&t.name) {
@@ -189,7 +189,7 @@ mod tests {
         let other = f32s("J", vec![1], &[3.0]);
         let plan = OutputPlan {
             default_binary: false,
-            listed: [("OUT".to_string(), true), ("J".to_string(), false)].into(),
+            listed: vec![("OUT".to_string(), true), ("J".to_string(), false)],
             ..Default::default()
         };
         let e = encode_response(&response(vec![out.clone(), other]), &[], &plan, false, &HashMap::new()).unwrap();
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn empty_binary_output_has_size_zero_and_no_chunk() {
-        let plan = OutputPlan { default_binary: true, listed: HashMap::new(), ..Default::default() };
+        let plan = OutputPlan { default_binary: true, listed: Vec::new(), ..Default::default() };
         let e =
             encode_response(&response(vec![f32s("OUT", vec![0], &[])]), &[], &plan, false, &HashMap::new()).unwrap();
         assert!(e.binary.is_empty());

@@ -29,9 +29,12 @@ impl ModelPathParams {
 /// The model and version of a path. A version that is not a whole number is Triton's 404 (its
 /// routes take digits only), with the text gRPC gives for it.
 pub fn model_and_version(path: &ModelPath) -> Result<(String, Option<i64>)> {
-    let version = crate::frontends::version::parse_version(path.version.as_deref().unwrap_or(""))
-        .map_err(|e| Error::not_found(e.message))?;
-    Ok((path.model.clone(), version))
+    Ok((path.model.clone(), path_version(path.version.as_deref())?))
+}
+
+/// The version a path names (`None`: the path has no `/versions/{v}`), as `model_and_version`.
+pub fn path_version(version: Option<&str>) -> Result<Option<i64>> {
+    crate::frontends::version::parse_version(version.unwrap_or("")).map_err(|e| Error::not_found(e.message))
 }
 
 pub type ModelPath = web::Path<ModelPathParams>;

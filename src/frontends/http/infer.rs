@@ -1,6 +1,7 @@
 //! `POST /v2/models/{m}[/versions/{v}]/infer`: the body (JSON, or JSON plus binary tensors) is
 //! read up to `--http-max-input-size`, decoded, run through the engine and encoded back.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -12,12 +13,13 @@ use super::body::check_length;
 pub use super::body::read_body;
 use super::encode::{encode_response, into_http};
 use super::error::HttpResult;
-use super::handlers::{model_and_version, ModelPath};
+use super::handlers::{model_and_version, path_version, ModelPath};
 use super::infer_json::{decode_infer, OutputPlan};
 use super::observe::traced;
 use super::HttpState;
 use crate::frontends::request_log::request_span;
 use crate::observe::trace::ActiveTrace;
+use crate::server::LoadedModel;
 
 pub async fn infer(
     state: web::Data<HttpState>,
@@ -28,6 +30,20 @@ pub async fn infer(
     let (model, version) = model_and_version(&path)?;
     let header_length = req.headers().get(HEADER_LENGTH).cloned();
     infer_model(&state, model, version, &req, payload, header_length).await
+}
+
+/// `infer` for a path the front door matched itself (`super::routing`): the model's and the
+/// version's segments as they appear in the path.
+pub async fn infer_at(
+    state: &HttpState,
+    model: &str,
+    version: Option<&str>,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> HttpResult<HttpResponse> {
+    let version = path_version(version)?;
+    let header_length = req.headers().get(HEADER_LENGTH).cloned();
+    infer_model(state, model.to_string(), version, req, payload, header_length).await
 }
 
 /// Runs one inference request of `model` from an HTTP body; `header_length` is the size of
@@ -82,7 +98,7 @@ pub async fn infer_model(
             // The request first: one run on this thread (a lone request) is answered at its
             // first poll, before the watch's timer is ever set.
             biased;
-            answer = run(state, request, &plan, trace, routed) => answer,
+            answer = run(state, loaded, request, &plan, trace, routed) => answer,
             () = super::disconnect::closed(peer) => {
                 tracing::debug!("HTTP client closed the connection; its request is dropped");
                 return Err(Error::cancelled("the client closed the connection").into());
@@ -100,6 +116,7 @@ pub async fn infer_model(
 
 async fn run(
     state: &HttpState,
+    loaded: Arc<LoadedModel>,
     mut request: InferRequest,
     plan: &OutputPlan,
     trace: Option<ActiveTrace>,
@@ -110,9 +127,12 @@ async fn run(
         t.attach(&mut request);
         t.record("REQUEST_START");
     }
-    let requested = request.outputs.clone();
-    let (model, response) =
-        state.server.infer(request).await.map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
+    let requested = crate::frontends::classification::classified(&request.outputs);
+    let (model, response) = state
+        .server
+        .infer_on(loaded, request)
+        .await
+        .map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
     if let Some(t) = &trace {
         t.record("REQUEST_END");
         t.response_complete();

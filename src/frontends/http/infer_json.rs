@@ -2,8 +2,6 @@
 //! `InferRequest`, and says per output whether the response carries it as JSON or binary.
 //! Only wire-format checks live here; the model-level ones are the engine's `validate`.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tritium_actors::tensor::element_count;
@@ -18,17 +16,23 @@ use crate::shm::{self, Placement};
 pub struct OutputPlan {
     /// `binary_data_output`: the kind of outputs the request did not list.
     pub default_binary: bool,
-    /// Outputs the request listed, with their `binary_data`.
-    pub listed: HashMap<String, bool>,
+    /// Outputs the request listed, with their `binary_data`, in the request's order (a few: a
+    /// list costs no hashing; an output listed twice takes its last entry).
+    pub listed: Vec<(String, bool)>,
     /// Outputs to write into a registered shared-memory region instead of the body.
-    pub shm: HashMap<String, Placement>,
+    pub shm: Vec<(String, Placement)>,
 }
 
 impl OutputPlan {
     /// Triton's rule: a listed output is binary only if it says `binary_data: true`; the others
     /// follow `binary_data_output`.
     pub fn is_binary(&self, output: &str) -> bool {
-        self.listed.get(output).copied().unwrap_or(self.default_binary)
+        self.listed.iter().rev().find(|(name, _)| name == output).map_or(self.default_binary, |&(_, binary)| binary)
+    }
+
+    /// Where `output` goes in shared memory, if the request placed it there.
+    pub fn shm_of(&self, output: &str) -> Option<&Placement> {
+        self.shm.iter().rev().find(|(name, _)| name == output).map(|(_, place)| place)
     }
 }
 
@@ -57,8 +61,23 @@ fn uint_param(v: &Value, name: &str) -> Result<u64> {
 }
 
 /// Decodes the request for `model` (and `version`, `None` = latest). `json` is the JSON header,
-/// `binary` the rest of the body (empty without `Inference-Header-Content-Length`).
+/// `binary` the rest of the body (empty without `Inference-Header-Content-Length`). The typed
+/// reading (`infer_header`) takes the usual header; anything else, errors included, is read here
+/// as a `Value` tree, which words Triton's errors.
 pub fn decode_infer(
+    model: &str,
+    version: Option<i64>,
+    json: &[u8],
+    binary: Bytes,
+) -> Result<(InferRequest, OutputPlan)> {
+    if let Some(decoded) = super::infer_header::decode_typed(model, version, json, binary.clone()) {
+        return Ok(decoded);
+    }
+    decode_value(model, version, json, binary)
+}
+
+/// `decode_infer` through a `serde_json::Value` tree.
+pub fn decode_value(
     model: &str,
     version: Option<i64>,
     json: &[u8],
@@ -97,9 +116,9 @@ pub fn decode_infer(
         let outputs = outputs.as_array().ok_or_else(|| parse_error("outputs", "expected a list of outputs"))?;
         for output in outputs {
             let (requested, binary, place) = decode_output(as_object(output, "an output")?)?;
-            plan.listed.insert(requested.name.clone(), binary);
+            plan.listed.push((requested.name.clone(), binary));
             if let Some(place) = place {
-                plan.shm.insert(requested.name.clone(), place);
+                plan.shm.push((requested.name.clone(), place));
             }
             request.outputs.push(requested);
         }
@@ -107,7 +126,11 @@ pub fn decode_infer(
     Ok((request, plan))
 }
 
-fn decode_parameters(params: &Map<String, Value>, request: &mut InferRequest, plan: &mut OutputPlan) -> Result<()> {
+pub(super) fn decode_parameters(
+    params: &Map<String, Value>,
+    request: &mut InferRequest,
+    plan: &mut OutputPlan,
+) -> Result<()> {
     let mut values = Vec::with_capacity(params.len());
     for (key, value) in params {
         if key == "binary_data_output" {

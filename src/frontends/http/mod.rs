@@ -6,8 +6,10 @@ pub mod body;
 pub mod disconnect;
 mod encode;
 mod error;
+mod front_door;
 pub mod handlers;
 pub mod infer;
+mod infer_header;
 mod infer_json;
 mod observe;
 pub mod shm;
@@ -17,15 +19,13 @@ pub mod tensor_json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::{header, StatusCode};
-use actix_web::middleware::{from_fn, Next};
+use actix_web::http::StatusCode;
+use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpResponse, HttpServer};
 pub use binary::HEADER_LENGTH;
 pub use error::{error_response, status_of, HttpError, HttpResult};
 
-use crate::frontends::restricted::{self, Restrictions};
+use crate::frontends::restricted::Restrictions;
 use crate::server::Server;
 
 /// How the HTTP endpoint runs.
@@ -64,31 +64,10 @@ pub async fn method_not_allowed() -> HttpResponse {
     error::error_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
 }
 
-/// Triton's restricted APIs: a request of a restricted category without the category's header
-/// and value is answered 403 before routing, so no handler runs and no body is read. The body
-/// is Triton's JSON error; the content type is Triton's too (`text/plain`: Triton answers before
-/// it sets one).
-async fn check_restricted(
-    restrictions: web::Data<Restrictions>,
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    if restrictions.is_empty() {
-        return Ok(next.call(req).await?.map_into_left_body());
-    }
-    let category = restricted::http_category(req.path());
-    if let Some(r) = restrictions.refuses(category, |key| req.headers().get(key).map(|v| v.as_bytes())) {
-        let body = serde_json::json!({ "error": restricted::http_message(r) }).to_string();
-        let refusal =
-            HttpResponse::build(StatusCode::FORBIDDEN).insert_header((header::CONTENT_TYPE, "text/plain")).body(body);
-        return Ok(req.into_response(refusal).map_into_right_body());
-    }
-    Ok(next.call(req).await?.map_into_left_body())
-}
-
 /// All routes of the v2 protocol. Inference comes first: actix tries the patterns in order and
 /// each dynamic one is a regex match, which showed up as a tenth of a small request's time when
-/// infer was last in the list.
+/// infer was last in the list (the usual infer paths do not reach this router at all:
+/// `front_door`).
 pub fn routes(cfg: &mut web::ServiceConfig) {
     for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
         cfg.service(web::resource(format!("{prefix}/infer")).post(infer::infer).to(method_not_allowed));
@@ -173,7 +152,7 @@ pub async fn serve(
             .iter()
             .fold(app, |app, r| app.configure(r))
             .default_service(web::to(not_found))
-            .wrap(from_fn(check_restricted))
+            .wrap(from_fn(front_door::front_door))
     })
     .on_connect(disconnect::on_connect)
     .workers(workers);
