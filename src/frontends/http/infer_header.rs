@@ -118,7 +118,11 @@ pub fn decode_typed(
     json: &[u8],
     binary: Bytes,
 ) -> Option<(InferRequest, OutputPlan)> {
-    let Obj(header) = serde_json::from_slice::<Obj<Header>>(json).ok()?;
+    // Checked as text first: a field the typed reading skips is not validated by serde_json's
+    // slice reader (an unknown key's string with invalid UTF-8), while the `Value` reading
+    // refuses it. The bounded fuzz run found that difference.
+    let text = std::str::from_utf8(json).ok()?;
+    let Obj(header) = serde_json::from_str::<Obj<Header>>(text).ok()?;
     let mut request = InferRequest::new(model, Vec::with_capacity(header.inputs.len()));
     request.version = version;
     let mut plan = OutputPlan::default();
@@ -263,5 +267,9 @@ mod tests {
         ] {
             declines(doc);
         }
+        // Invalid UTF-8 in a field the typed reading would skip (found by the bounded fuzz run).
+        let doc = b"{\"other\": \"\xfe1\", \"inputs\": []}";
+        assert!(decode_typed("m", None, doc, Bytes::new()).is_none());
+        assert!(decode_value("m", None, doc, Bytes::new()).is_err());
     }
 }
