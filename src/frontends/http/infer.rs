@@ -32,7 +32,7 @@ pub async fn infer(
     infer_model(&state, model, version, &req, payload, header_length).await
 }
 
-/// `infer` for a path the front door matched itself (`super::routing`): the model's and the
+/// `infer` for a path the front door matched itself (`super::front_door`): the model's and the
 /// version's segments as they appear in the path.
 pub async fn infer_at(
     state: &HttpState,
