@@ -89,6 +89,37 @@ def test_raw_json_response_shape(server):
     assert out["outputs"][1]["data"] == [float(i - 1) for i in range(16)]
 
 
+def test_infer_paths_with_escapes_or_a_bad_version_answer_as_the_router_does(server):
+    """The plain infer paths are matched before actix's router; a path with a percent-escape
+    goes to the router, which decodes it, and a version that is not a number is a 404 on both
+    ways. Sent with http.client, which sends the path as written (requests unescapes %5F)."""
+    import http.client
+    body = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": list(range(16))},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}]})
+
+    def post(path):
+        c = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        try:
+            c.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"{}")
+        finally:
+            c.close()
+
+    for path in ["/v2/models/add_sub/infer", "/v2/models/add%5Fsub/infer",
+                 "/v2/models/add_sub/versions/1/infer", "/v2/models/add_sub/versions/%31/infer"]:
+        status, out = post(path)
+        assert status == 200, (path, out)
+        assert out["model_name"] == "add_sub" and out["model_version"] == "1", path
+        assert out["outputs"][0]["data"] == [float(i + 1) for i in range(16)], path
+    for path in ["/v2/models/add_sub/versions/x/infer", "/v2/models/add_sub/versions/%78/infer"]:
+        status, out = post(path)
+        assert status == 404 and out["error"], (path, out)
+    status, out = post("/v2/models/no_such_model/infer")
+    assert (status, out["error"]) == (404, "Request for unknown model: 'no_such_model' is not found")
+
+
 def test_raw_binary_response_headers(server):
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.ones((1, 16), dtype=np.float32)
