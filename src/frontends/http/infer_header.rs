@@ -4,7 +4,8 @@
 //!
 //! It is only a fast path. Any header it does not take exactly as `infer_json::decode_infer`'s
 //! `Value` reading would (malformed JSON, a field of another type, a `null`, a duplicate field, a
-//! string with escapes, an array where an object belongs, any error at all) gives `None`, and the
+//! field it does not read, a string with escapes, an array where an object belongs, any error at
+//! all) gives `None`, and the
 //! caller reads the header again the `Value` way, which accepts it or answers Triton's error text.
 //! So every error a client sees comes from one place, and a header read here gives the same
 //! request as the `Value` reading (`tests` below and the `infer_body` fuzz target check both).
@@ -51,6 +52,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Header<'a> {
     #[serde(default, deserialize_with = "present", borrow)]
     id: Option<&'a str>,
@@ -63,6 +65,7 @@ struct Header<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Input<'a> {
     name: &'a str,
     datatype: &'a str,
@@ -75,14 +78,17 @@ struct Input<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Output<'a> {
     name: &'a str,
     #[serde(default, deserialize_with = "present", borrow)]
     parameters: Option<Obj<Params<'a>>>,
 }
 
-/// A tensor's parameters that Tritium reads (others are ignored, as on the `Value` path).
+/// A tensor's parameters that Tritium reads. Any other leaves the header to the `Value` reading,
+/// which ignores it.
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct Params<'a> {
     #[serde(default, deserialize_with = "present")]
     binary_data_size: Option<u64>,
@@ -118,9 +124,10 @@ pub fn decode_typed(
     json: &[u8],
     binary: Bytes,
 ) -> Option<(InferRequest, OutputPlan)> {
-    // Checked as text first: a field the typed reading skips is not validated by serde_json's
-    // slice reader (an unknown key's string with invalid UTF-8), while the `Value` reading
-    // refuses it. The bounded fuzz run found that difference.
+    // Nothing is skipped unread (the structs deny unknown fields): serde_json skips a value
+    // without checking it, so an unknown field holding invalid UTF-8 or a number out of range
+    // would be taken here and refused by the `Value` reading (both found by the bounded fuzz
+    // run). The text check stays as a second guard for the first of them.
     let text = std::str::from_utf8(json).ok()?;
     let Obj(header) = serde_json::from_str::<Obj<Header>>(text).ok()?;
     let mut request = InferRequest::new(model, Vec::with_capacity(header.inputs.len()));
@@ -227,10 +234,9 @@ mod tests {
             "id": "42",
             "parameters": {"sequence_id": 7, "sequence_start": true, "priority": 2, "timeout": 100,
                            "binary_data_output": true, "custom": "x", "n": -3, "flag": false, "temp": 0.5},
-            "inputs": [{"name": "IN", "shape": [1, 2], "datatype": "INT32", "data": [[1, 2]], "extra": {"a": [1]}}],
-            "outputs": [{"name": "A", "parameters": {"classification": 3, "other": null}},
-                        {"name": "B", "parameters": {"binary_data": false}}],
-            "unknown": [1, {"x": null}]
+            "inputs": [{"name": "IN", "shape": [1, 2], "datatype": "INT32", "data": [[1, 2]]}],
+            "outputs": [{"name": "A", "parameters": {"classification": 3}},
+                        {"name": "B", "parameters": {"binary_data": false}}]
         });
         same(&doc.to_string(), b"");
         same(r#"{"inputs":[]}"#, b"");
@@ -269,6 +275,25 @@ mod tests {
         }
         // Invalid UTF-8 in a field the typed reading would skip (found by the bounded fuzz run).
         let doc = b"{\"other\": \"\xfe1\", \"inputs\": []}";
+        assert!(decode_typed("m", None, doc, Bytes::new()).is_none());
+        assert!(decode_value("m", None, doc, Bytes::new()).is_err());
+    }
+
+    /// A field it does not read, at every level, is left to the `Value` reading: serde_json
+    /// would skip it unchecked (a number out of range, found by the bounded fuzz run).
+    #[test]
+    fn leaves_fields_it_does_not_read_to_the_value_reading() {
+        for doc in [
+            r#"{"inputs": [], "other": 1}"#,
+            r#"{"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [1.0], "other": 1}]}"#,
+            r#"{"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [1.0], "parameters": {"other": 1}}]}"#,
+            r#"{"inputs": [], "outputs": [{"name": "O", "other": 1}]}"#,
+            r#"{"inputs": [], "outputs": [{"name": "O", "parameters": {"other": 1}}]}"#,
+        ] {
+            declines(doc);
+            assert!(decode_value("m", None, doc.as_bytes(), Bytes::new()).is_ok(), "{doc}");
+        }
+        let doc = br#"{"inputs": [], "t>meout": 1e3081000}"#;
         assert!(decode_typed("m", None, doc, Bytes::new()).is_none());
         assert!(decode_value("m", None, doc, Bytes::new()).is_err());
     }
