@@ -137,6 +137,8 @@ impl<Q: Queue> Scheduler<Q> {
             }
             if let Some((idx, _)) = &found {
                 lane.take(*idx);
+                // What stays queued, published before the batch is sent (see `Enqueue`).
+                lane.publish(self.queue.len(), 0);
             }
             let Some((idx, batch)) = found else {
                 // Wake for the batcher's delay or the next queue timeout, whichever comes first.
@@ -253,17 +255,25 @@ impl<Q: Queue> Handler<Enqueue> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, Enqueue(p): Enqueue, ctx: &mut Context<Self>) {
         self.figures.scheduler.handled();
-        if !self.has_live_instance() {
+        let queued = if !self.has_live_instance() {
             let e = Error::unavailable(format!("model '{}' has no live instance", self.policy.name));
             p.fail(&self.stats, e);
+            false
         } else if let Err(refused) = self.queue.push(p) {
             let (p, e) = *refused;
             p.fail(&self.stats, e);
+            false
         } else {
+            true
+        };
+        // Read off the lane's request on its way, with what is queued, in one step, and before
+        // the turn hands it out: an instance finishing that batch must see nothing on its way
+        // and free itself before it answers, or the client's next request would find it busy
+        // and go round by the scheduler.
+        self.lane.turn().publish(self.queue.len(), 1);
+        if queued {
             self.pump(ctx);
         }
-        // Read off the lane's requests on their way, with what stays queued, in one step.
-        self.lane.turn().publish(self.queue.len(), 1);
     }
 }
 
