@@ -51,7 +51,10 @@ pub use request::{
     CorrelationId, InferRequest, InferResponse, ParamValue, Parameters, Reply, RequestedOutput, SequenceFlags,
 };
 pub use scheduler::{BatcherActor, SequenceActor};
-pub use stats::{ComputeTimes, ModelStats, ResponseFigures, ResponseKind, ResponseReport, StatsSnapshot};
+pub use stats::{
+    ComputeTimes, MemoryUsage, MemoryUsageSource, ModelStats, ResponseFigures, ResponseKind, ResponseReport,
+    StatsSnapshot,
+};
 pub use supervisor::Supervisor;
 pub use tensor::{DataType, Tensor};
 pub use trace::Trace;

@@ -81,6 +81,8 @@ pub struct StatsSnapshot {
     /// The backend's response statistics by response index (`"0"`, `"1"`, …, ordered as
     /// strings, as Triton's map is).
     pub responses: BTreeMap<String, ResponseFigures>,
+    /// What the backend says the model uses, by memory type and id.
+    pub memory_usage: Vec<MemoryUsage>,
 }
 
 /// Triton's figures of the responses that had one index among their request's responses (the
@@ -167,6 +169,18 @@ pub trait StatsObserver: Send + Sync {
     fn cache_miss(&self, _lookup_and_insert: Duration) {}
 }
 
+/// One line of the statistics' `memory_usage`: Triton's memory type name (`CPU`, `CPU_PINNED`,
+/// `GPU`), its id and the bytes the backend says the model uses there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryUsage {
+    pub kind: String,
+    pub id: i64,
+    pub byte_size: u64,
+}
+
+/// Reads a model's memory usage as its backend last reported it.
+pub type MemoryUsageSource = Box<dyn Fn() -> Vec<MemoryUsage> + Send + Sync>;
+
 /// How long a reader of the statistics waits at most for requests answered early to be counted.
 pub const SETTLE_LIMIT: Duration = Duration::from_millis(200);
 
@@ -198,6 +212,8 @@ pub struct ModelStats {
     /// The backend's response statistics, by response index.
     response_stats: Mutex<BTreeMap<String, ResponseFigures>>,
     observer: std::sync::OnceLock<Box<dyn StatsObserver>>,
+    /// Where the model's memory usage is read, for a backend that reports it.
+    memory_usage: std::sync::OnceLock<MemoryUsageSource>,
     /// When a request's responses go out: the first, and the gaps between a decoupled
     /// request's responses (for time-to-first-token and inter-token figures).
     pub responses: ResponseTimes,
@@ -281,6 +297,12 @@ impl ModelStats {
     }
 
     /// Sets the observer told of every request from now on; only the first call has effect.
+    /// Where the statistics read the model's memory usage (a backend that reports it); only
+    /// the first call has effect. Without one, the model reports none.
+    pub fn set_memory_usage_source(&self, source: MemoryUsageSource) {
+        let _ = self.memory_usage.set(source);
+    }
+
     pub fn set_observer(&self, observer: Box<dyn StatsObserver>) {
         let _ = self.observer.set(observer);
     }
@@ -403,6 +425,7 @@ impl ModelStats {
             batches: self.batches.lock().clone(),
             pending: self.pending.load(Relaxed),
             responses: self.response_stats.lock().clone(),
+            memory_usage: self.memory_usage.get().map_or_else(Vec::new, |read| read()),
         }
     }
 }

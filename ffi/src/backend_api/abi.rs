@@ -6,6 +6,9 @@
 /// 1 and minor >= the one they were built with).
 pub const BACKEND_API_VERSION: (u32, u32) = (1, 19);
 
+/// The `TRITONSERVER` API version Tritium implements (Triton 2.51's `tritonserver.h`).
+pub const SERVER_API_VERSION: (u32, u32) = (1, 34);
+
 /// `TRITONSERVER_Error_Code`.
 pub type ErrorCode = u32;
 pub const ERROR_UNKNOWN: ErrorCode = 0;
@@ -88,6 +91,10 @@ pub const LOG_VERBOSE: LogLevel = 3;
 pub type ArtifactType = u32;
 pub const ARTIFACT_FILESYSTEM: ArtifactType = 0;
 
+/// `TRITONBACKEND_ExecutionPolicy`.
+pub const EXECUTION_BLOCKING: u32 = 0;
+pub const EXECUTION_DEVICE_BLOCKING: u32 = 1;
+
 /// `TRITONSERVER_RequestFlag`.
 pub const REQUEST_FLAG_SEQUENCE_START: u32 = 1;
 pub const REQUEST_FLAG_SEQUENCE_END: u32 = 2;
@@ -117,5 +124,6 @@ mod tests {
     #[test]
     fn api_version_is_the_one_triton_2_51_backends_accept() {
         assert_eq!(BACKEND_API_VERSION, (1, 19));
+        assert_eq!(SERVER_API_VERSION, (1, 34));
     }
 }

@@ -225,6 +225,7 @@ pub fn load_backend(spec: &BackendSpec) -> Result<LoadedBackend, HostError> {
         state: AtomicPtr::new(std::ptr::null_mut()),
         initialized: AtomicBool::new(false),
         library,
+        execution_policy: std::sync::atomic::AtomicU32::new(EXECUTION_BLOCKING),
     });
     let ptr = Arc::as_ptr(&backend).cast_mut();
     if let Some(init) = backend.library.initialize {
@@ -279,6 +280,8 @@ impl LoadedBackend {
             initialized: AtomicBool::new(false),
             backend: self.0.clone(),
             response_stats: Default::default(),
+            memory_usage: Default::default(),
+            instances: Default::default(),
         });
         if let Some(init) = self.0.library.model_initialize {
             // SAFETY: the backend's entry point with a model object that `model` keeps alive.
@@ -298,6 +301,10 @@ pub struct InstanceSpec {
     /// `TRITONSERVER_INSTANCEGROUPKIND_*`.
     pub kind: InstanceGroupKind,
     pub device_id: i32,
+    /// Its group's optimization profiles (`instance_group.profile`).
+    pub profiles: Vec<String>,
+    /// Its group's secondary devices: kind (`KIND_NVDLA`) and id.
+    pub secondary_devices: Vec<(String, i64)>,
 }
 
 /// An initialized instance; finalized when the last handle to it is dropped (a handle lent to
@@ -312,6 +319,12 @@ impl LoadedModel {
         let _ = self.0.response_stats.set(sink);
     }
 
+    /// The memory the backend reports the model and its live instances use, summed by memory
+    /// type and id (`ModelReportMemoryUsage`, `ModelInstanceReportMemoryUsage`).
+    pub fn memory_usage(&self) -> Vec<super::memory_usage::MemoryUsage> {
+        super::memory_usage::of_model(&self.0)
+    }
+
     /// The model config as the backend left it (after auto-complete), as JSON.
     pub fn config_json(&self) -> String {
         String::from_utf8_lossy(&self.0.config.lock().map(|c| c.clone()).unwrap_or_default()).into_owned()
@@ -324,11 +337,14 @@ impl LoadedModel {
             name: name(&spec.name),
             kind: spec.kind,
             device_id: spec.device_id,
+            profiles: spec.profiles.iter().map(|p| c_string(p)).collect(),
+            secondary_devices: spec.secondary_devices.iter().map(|(k, id)| (c_string(k), *id)).collect(),
             host_policy: format!("{{\"{policy}\":{{}}}}").into_bytes(),
             state: AtomicPtr::new(std::ptr::null_mut()),
             initialized: AtomicBool::new(false),
             model: self.0.clone(),
             batch_reports: Mutex::new(Vec::new()),
+            memory_usage: Default::default(),
         });
         if let Some(init) = self.0.backend.library.instance_initialize {
             // SAFETY: the backend's entry point with an instance object `instance` keeps alive.
@@ -337,6 +353,11 @@ impl LoadedModel {
             }
         }
         instance.initialized.store(true, std::sync::atomic::Ordering::Release);
+        // The model's memory usage counts its live instances' reports.
+        let mut instances = self.0.instances.lock().unwrap_or_else(|e| e.into_inner());
+        instances.retain(|i| i.strong_count() > 0);
+        instances.push(Arc::downgrade(&instance));
+        drop(instances);
         Ok(LoadedInstance(instance))
     }
 }

@@ -176,6 +176,70 @@ export_value! {
     }
 }
 
+export_value! {
+    /// The datatype of a protocol name (`FP32`); `TRITONSERVER_TYPE_INVALID` for any other.
+    fn TRITONSERVER_StringToDataType(dtype: *const c_char) -> DataType = TYPE_INVALID; {
+        // SAFETY: a C string or null (the header's contract).
+        unsafe { text(dtype, "dtype") }.map_or(TYPE_INVALID, data_type_of)
+    }
+}
+
+export_value! {
+    /// `STRING`, `INT`, `BOOL`, `DOUBLE`, `BYTES`.
+    fn TRITONSERVER_ParameterTypeString(paramtype: ParameterType) -> *const c_char = std::ptr::null(); {
+        static NAMES: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
+        static_names(&NAMES, &["STRING", "INT", "BOOL", "DOUBLE", "BYTES"], paramtype)
+    }
+}
+
+export_value! {
+    /// `DISABLED`, `MIN`, `MAX`, `TIMESTAMPS`, `TENSORS`; `<unknown>` for any other value.
+    fn TRITONSERVER_InferenceTraceLevelString(level: u32) -> *const c_char = std::ptr::null(); {
+        match level {
+            0 => c"DISABLED".as_ptr(),
+            1 => c"MIN".as_ptr(),
+            2 => c"MAX".as_ptr(),
+            4 => c"TIMESTAMPS".as_ptr(),
+            8 => c"TENSORS".as_ptr(),
+            _ => c"<unknown>".as_ptr(),
+        }
+    }
+}
+
+export_value! {
+    /// `REQUEST_START` … `CUSTOM_ACTIVITY`, by the header's order; `<unknown>` for any other.
+    fn TRITONSERVER_InferenceTraceActivityString(activity: u32) -> *const c_char = std::ptr::null(); {
+        const NAMES: [&std::ffi::CStr; 11] = [
+            c"REQUEST_START",
+            c"QUEUE_START",
+            c"COMPUTE_START",
+            c"COMPUTE_INPUT_END",
+            c"COMPUTE_OUTPUT_START",
+            c"COMPUTE_END",
+            c"REQUEST_END",
+            c"TENSOR_QUEUE_INPUT",
+            c"TENSOR_BACKEND_INPUT",
+            c"TENSOR_BACKEND_OUTPUT",
+            c"CUSTOM_ACTIVITY",
+        ];
+        NAMES.get(activity as usize).map_or(c"<unknown>".as_ptr(), |n| n.as_ptr())
+    }
+}
+
+export_value! {
+    /// Whether a backend's log line at `level` would be written: Tritium's log filter decides,
+    /// verbose lines being its debug level (as `LogMessage` writes them).
+    fn TRITONSERVER_LogIsEnabled(level: LogLevel) -> bool = false; {
+        match level {
+            LOG_ERROR => tracing::enabled!(target: "triton_backend", tracing::Level::ERROR),
+            LOG_WARN => tracing::enabled!(target: "triton_backend", tracing::Level::WARN),
+            LOG_INFO => tracing::enabled!(target: "triton_backend", tracing::Level::INFO),
+            LOG_VERBOSE => tracing::enabled!(target: "triton_backend", tracing::Level::DEBUG),
+            _ => false,
+        }
+    }
+}
+
 export! {
     /// A backend's log line, into Tritium's log at the same level, with its source location.
     fn TRITONSERVER_LogMessage(level: LogLevel, filename: *const c_char, line: c_int, msg: *const c_char) {
@@ -194,6 +258,27 @@ export! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_and_datatypes_read_as_tritons() {
+        // SAFETY: static C strings, read only.
+        let read = |p: *const c_char| unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap().to_string();
+        // SAFETY: C strings the test owns, and plain values.
+        unsafe {
+            assert_eq!(TRITONSERVER_StringToDataType(c"FP32".as_ptr()), 11);
+            assert_eq!(TRITONSERVER_StringToDataType(c"BF16".as_ptr()), 14);
+            assert_eq!(TRITONSERVER_StringToDataType(c"TYPE_FP32".as_ptr()), TYPE_INVALID);
+            assert_eq!(TRITONSERVER_StringToDataType(std::ptr::null()), TYPE_INVALID);
+            assert_eq!(read(TRITONSERVER_ParameterTypeString(PARAMETER_DOUBLE)), "DOUBLE");
+            assert_eq!(read(TRITONSERVER_ParameterTypeString(9)), "<invalid>");
+            assert_eq!(read(TRITONSERVER_InferenceTraceLevelString(4)), "TIMESTAMPS");
+            assert_eq!(read(TRITONSERVER_InferenceTraceLevelString(3)), "<unknown>");
+            assert_eq!(read(TRITONSERVER_InferenceTraceActivityString(10)), "CUSTOM_ACTIVITY");
+            assert_eq!(read(TRITONSERVER_InferenceTraceActivityString(0)), "REQUEST_START");
+            assert_eq!(read(TRITONSERVER_InferenceTraceActivityString(11)), "<unknown>");
+            assert!(!TRITONSERVER_LogIsEnabled(77));
+        }
+    }
 
     #[test]
     fn a_message_hands_back_the_json_it_was_given() {

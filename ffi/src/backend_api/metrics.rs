@@ -104,6 +104,14 @@ export! {
 }
 
 export! {
+    /// The kind of the metric's family.
+    fn TRITONSERVER_GetMetricKind(metric: *mut Metric, kind: *mut u32) {
+        // SAFETY: a live metric and the caller's out-parameter.
+        unsafe { write(kind, borrow(metric, "metric")?.kind, "kind") }
+    }
+}
+
+export! {
     fn TRITONSERVER_MetricArgsNew(args: *mut *mut MetricArgs) {
         // SAFETY: the caller's out-parameter.
         unsafe { write(args, Box::into_raw(Box::default()), "args") }

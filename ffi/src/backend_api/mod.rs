@@ -13,12 +13,14 @@
 
 pub mod abi;
 mod boundary;
+mod buffer;
 mod elf;
 mod error;
 pub mod exports;
 mod host;
 mod inprocess;
 mod library;
+mod memory_usage;
 mod message;
 mod metrics;
 mod model;
@@ -33,6 +35,7 @@ pub use host::{
     InstanceSpec, LoadedBackend, LoadedInstance, LoadedModel, ModelSpec, Pending, ReportedStats,
 };
 pub use inprocess::{set_inference_server, EventSink, InProcessEvent, InProcessRequest, InferenceServer};
+pub use memory_usage::MemoryUsage;
 /// Custom metrics of backends in Prometheus text, for `/metrics`.
 pub use metrics::render as metrics_text;
 pub use response_stats::{ResponseOutcome, ResponseReport, ResponseStatsSink};

@@ -5,7 +5,7 @@
 //! that stays valid as long as Tritium holds it.
 
 use std::ffi::{c_char, c_void, CString};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::abi::*;
@@ -25,6 +25,8 @@ pub struct Backend {
     /// `Initialize` succeeded, so `Finalize` is due when the last model is gone.
     pub(crate) initialized: AtomicBool,
     pub(crate) library: Library,
+    /// What the backend asked with `BackendSetExecutionPolicy` (`TRITONBACKEND_EXECUTION_*`).
+    pub(crate) execution_policy: AtomicU32,
 }
 
 /// One model version.
@@ -41,6 +43,10 @@ pub struct Model {
     /// Where the backend's response reports go (`ReportResponseStatistics`), once the server
     /// set it.
     pub(crate) response_stats: std::sync::OnceLock<super::response_stats::ResponseStatsSink>,
+    /// The memory the backend reported the model itself uses (`ModelReportMemoryUsage`).
+    pub(crate) memory_usage: Mutex<super::memory_usage::Usage>,
+    /// Its instances, for their memory usage.
+    pub(crate) instances: Mutex<Vec<std::sync::Weak<Instance>>>,
 }
 
 /// One instance of a model version.
@@ -48,6 +54,10 @@ pub struct Instance {
     pub(crate) name: CString,
     pub(crate) kind: InstanceGroupKind,
     pub(crate) device_id: i32,
+    /// Its group's optimization profiles (`instance_group.profile`).
+    pub(crate) profiles: Vec<CString>,
+    /// Its group's secondary devices: kind (`KIND_NVDLA`) and id.
+    pub(crate) secondary_devices: Vec<(CString, i64)>,
     pub(crate) host_policy: Vec<u8>,
     pub(crate) state: AtomicPtr<c_void>,
     /// `ModelInstanceInitialize` succeeded, so `ModelInstanceFinalize` is due.
@@ -55,6 +65,8 @@ pub struct Instance {
     pub(crate) model: Arc<Model>,
     /// The executions the backend reported (`ReportBatchStatistics`), until the host takes them.
     pub(crate) batch_reports: Mutex<Vec<super::host::ReportedStats>>,
+    /// The memory the backend reported the instance uses (`ModelInstanceReportMemoryUsage`).
+    pub(crate) memory_usage: Mutex<super::memory_usage::Usage>,
 }
 
 /// The server object a model reports (`ModelServer`); the in-process API takes it back.
@@ -84,6 +96,16 @@ export! {
         unsafe {
             write(major, BACKEND_API_VERSION.0, "major")?;
             write(minor, BACKEND_API_VERSION.1, "minor")
+        }
+    }
+}
+
+export! {
+    fn TRITONSERVER_ApiVersion(major: *mut u32, minor: *mut u32) {
+        // SAFETY: the caller's out-parameters.
+        unsafe {
+            write(major, SERVER_API_VERSION.0, "major")?;
+            write(minor, SERVER_API_VERSION.1, "minor")
         }
     }
 }
@@ -128,6 +150,26 @@ export! {
     fn TRITONBACKEND_BackendSetState(backend: *mut Backend, state: *mut c_void) {
         // SAFETY: a live backend.
         unsafe { borrow(backend, "backend")? }.state.store(state, Ordering::Release);
+        Ok(())
+    }
+}
+
+export! {
+    /// The policy the backend set, `TRITONBACKEND_EXECUTION_BLOCKING` by default. Tritium runs
+    /// every instance on a thread of its own whichever it is.
+    fn TRITONBACKEND_BackendExecutionPolicy(backend: *mut Backend, policy: *mut u32) {
+        // SAFETY: a live backend and the caller's out-parameter.
+        unsafe { write(policy, borrow(backend, "backend")?.execution_policy.load(Ordering::Relaxed), "policy") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_BackendSetExecutionPolicy(backend: *mut Backend, policy: u32) {
+        if policy > EXECUTION_DEVICE_BLOCKING {
+            return Err(Error::new(ERROR_INVALID_ARG, format!("unknown execution policy {policy}")));
+        }
+        // SAFETY: a live backend.
+        unsafe { borrow(backend, "backend")? }.execution_policy.store(policy, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -349,6 +391,64 @@ export! {
         // SAFETY: a live instance.
         unsafe { instance(i)? }.state.store(state, Ordering::Release);
         Ok(())
+    }
+}
+
+export! {
+    /// Tritium schedules every instance it loads: none is passive.
+    fn TRITONBACKEND_ModelInstanceIsPassive(i: *mut Instance, is_passive: *mut bool) {
+        // SAFETY: a live instance and the caller's out-parameter.
+        unsafe {
+            instance(i)?;
+            write(is_passive, false, "is_passive")
+        }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ModelInstanceProfileCount(i: *mut Instance, count: *mut u32) {
+        // SAFETY: a live instance and the caller's out-parameter.
+        unsafe { write(count, instance(i)?.profiles.len() as u32, "count") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ModelInstanceProfileName(i: *mut Instance, index: u32, profile_name: *mut *const c_char) {
+        // SAFETY: a live instance.
+        let profiles = &unsafe { instance(i)? }.profiles;
+        let Some(name) = profiles.get(index as usize) else {
+            return Err(Error::new(
+                ERROR_INVALID_ARG,
+                format!("out of bounds index {index}: instance is configured with {} profiles", profiles.len()),
+            ));
+        };
+        // SAFETY: the caller's out-parameter; the name lives as long as the instance.
+        unsafe { write(profile_name, name.as_ptr(), "profile_name") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ModelInstanceSecondaryDeviceCount(i: *mut Instance, count: *mut u32) {
+        // SAFETY: a live instance and the caller's out-parameter.
+        unsafe { write(count, instance(i)?.secondary_devices.len() as u32, "count") }
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(i: *mut Instance, index: u32, kind: *mut *const c_char, id: *mut i64) {
+        // SAFETY: a live instance.
+        let devices = &unsafe { instance(i)? }.secondary_devices;
+        let Some((name, device)) = devices.get(index as usize) else {
+            return Err(Error::new(
+                ERROR_INVALID_ARG,
+                format!("out of bounds index {index}: instance is configured with {} secondary devices", devices.len()),
+            ));
+        };
+        // SAFETY: the caller's out-parameters; the kind lives as long as the instance.
+        unsafe {
+            write(kind, name.as_ptr(), "kind")?;
+            write(id, *device, "id")
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::abi::*;
 use super::boundary::{borrow, c_string, export, text, write};
+use super::buffer::BufferAttributes;
 use super::error::Error;
 use super::host::{HostError, HostEvent, HostParam, HostRequest};
 use super::response::Sink;
@@ -22,21 +23,15 @@ pub struct Input {
     attributes: BufferAttributes,
 }
 
-/// `TRITONSERVER_BufferAttributes` of a CPU buffer (the only kind Tritium hands out).
-#[derive(Default)]
-pub struct BufferAttributes {
-    _cpu: (),
-}
-
 enum CorrelationId {
     Number(u64),
     Text(CString),
 }
 
-/// A request parameter; `value` points into this struct.
-struct Param {
-    key: CString,
-    kind: ParameterType,
+/// A request's or a response's parameter; `value` points into this struct.
+pub(crate) struct Param {
+    pub(crate) key: CString,
+    pub(crate) kind: ParameterType,
     string: CString,
     int: i64,
     boolean: bool,
@@ -44,7 +39,25 @@ struct Param {
 }
 
 impl Param {
-    fn value(&self) -> *const c_void {
+    pub(crate) fn new(key: &str, value: HostParam) -> Param {
+        let mut p = Param {
+            key: c_string(key),
+            kind: PARAMETER_STRING,
+            string: CString::default(),
+            int: 0,
+            boolean: false,
+            double: 0.0,
+        };
+        match value {
+            HostParam::Str(s) => p.string = c_string(&s),
+            HostParam::Int(i) => (p.kind, p.int) = (PARAMETER_INT, i),
+            HostParam::Bool(b) => (p.kind, p.boolean) = (PARAMETER_BOOL, b),
+            HostParam::Double(d) => (p.kind, p.double) = (PARAMETER_DOUBLE, d),
+        }
+        p
+    }
+
+    pub(crate) fn value(&self) -> *const c_void {
         match self.kind {
             PARAMETER_STRING => self.string.as_ptr().cast(),
             PARAMETER_INT => (&self.int as *const i64).cast(),
@@ -74,27 +87,7 @@ pub struct Request {
 
 impl Request {
     pub(crate) fn new(request: HostRequest, sink: Arc<Sink>) -> Request {
-        let params = request
-            .parameters
-            .into_iter()
-            .map(|(key, value)| {
-                let mut p = Param {
-                    key: c_string(&key),
-                    kind: PARAMETER_STRING,
-                    string: CString::default(),
-                    int: 0,
-                    boolean: false,
-                    double: 0.0,
-                };
-                match value {
-                    HostParam::Str(s) => p.string = c_string(&s),
-                    HostParam::Int(i) => (p.kind, p.int) = (PARAMETER_INT, i),
-                    HostParam::Bool(b) => (p.kind, p.boolean) = (PARAMETER_BOOL, b),
-                    HostParam::Double(d) => (p.kind, p.double) = (PARAMETER_DOUBLE, d),
-                }
-                p
-            })
-            .collect();
+        let params = request.parameters.into_iter().map(|(key, value)| Param::new(&key, value)).collect();
         Request {
             id: c_string(&request.id),
             correlation: match request.correlation_text {
@@ -110,8 +103,8 @@ impl Request {
                     name: c_string(&t.name),
                     datatype: data_type_of(&t.datatype),
                     shape: t.shape,
+                    attributes: BufferAttributes::cpu(t.data.len()),
                     data: t.data,
-                    attributes: BufferAttributes::default(),
                 })
                 .collect(),
             outputs: request.outputs.iter().map(|o| c_string(o)).collect(),
@@ -454,12 +447,16 @@ export! {
 }
 
 export! {
-    /// CPU buffers have no CUDA IPC handle: null.
-    fn TRITONSERVER_BufferAttributesCudaIpcHandle(buffer_attributes: *mut BufferAttributes, cuda_ipc_handle: *mut *mut c_void) {
-        // SAFETY: live attributes and the caller's out-parameter.
+    /// Where Tritium will put an output of the request: CPU memory, id 0, whatever the backend
+    /// prefers (`TRITONBACKEND_OutputBuffer` allocates there); `name` and `byte_size` are
+    /// optional and change nothing.
+    fn TRITONBACKEND_RequestOutputBufferProperties(request: *mut Request, name: *const c_char, byte_size: *mut usize, memory_type: *mut MemoryType, memory_type_id: *mut i64) {
+        let _ = (name, byte_size);
+        // SAFETY: a live request and the caller's in/out parameters.
         unsafe {
-            borrow(buffer_attributes, "buffer_attributes")?;
-            write(cuda_ipc_handle, std::ptr::null_mut(), "cuda_ipc_handle")
+            borrow(request, "request")?;
+            write(memory_type, MEMORY_CPU, "memory_type")?;
+            write(memory_type_id, 0, "memory_type_id")
         }
     }
 }

@@ -3,7 +3,7 @@
 //! request's `Sink`, a channel the engine reads; a factory keeps the sink open after the
 //! request is released (decoupled models), and the sink closes when the last holder is gone.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -11,10 +11,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::abi::*;
-use super::boundary::{borrow, borrow_mut, export, text, write};
+use super::boundary::{borrow, borrow_mut, c_string, export, text, write};
+use super::buffer::BufferAttributes;
 use super::error::Error;
 use super::host::{FinalHook, HostError, HostEvent, HostResponse, HostTensor};
-use super::request::{BufferAttributes, Request};
+use super::request::Request;
 use super::state::States;
 use super::trace::InferenceTrace;
 
@@ -73,6 +74,8 @@ impl Sink {
 /// One output tensor of a response, in CPU memory Tritium allocated.
 pub struct Output {
     name: String,
+    /// The name as a C string, for `InferenceResponseOutput`.
+    c_name: CString,
     datatype: DataType,
     shape: Vec<i64>,
     buffer: Option<Vec<u8>>,
@@ -179,7 +182,7 @@ export! {
             // SAFETY: the header's contract: `shape` holds `dims_count` values.
             unsafe { std::slice::from_raw_parts(shape, dims_count as usize) }.to_vec()
         };
-        let mut new = Box::new(Output { name: name.to_string(), datatype, shape, buffer: None, attributes: BufferAttributes::default() });
+        let mut new = Box::new(Output { name: name.to_string(), c_name: c_string(name), datatype, shape, buffer: None, attributes: BufferAttributes::default() });
         let ptr: *mut Output = &mut *new;
         r.outputs.push(new);
         // SAFETY: the caller's out-parameter; the boxed output does not move while the
@@ -197,6 +200,7 @@ export! {
             return Err(Error::new(ERROR_ALREADY_EXISTS, format!("output '{}' already has a buffer", o.name)));
         }
         let data = o.buffer.insert(vec![0u8; buffer_byte_size as usize]);
+        o.attributes.set_size(data.len());
         // SAFETY: the caller's out-parameters; the buffer lives as long as the response.
         unsafe {
             write(buffer, data.as_mut_ptr().cast(), "buffer")?;
@@ -257,6 +261,67 @@ export! {
             _ => r.sink.send(HostEvent::Response(HostResponse { outputs, error, is_final })),
         }
         Ok(())
+    }
+}
+
+export! {
+    /// An output the backend added to its response: name, datatype and shape, owned by the
+    /// response.
+    fn TRITONBACKEND_InferenceResponseOutput(response: *mut Response, index: u32, name: *mut *const c_char, datatype: *mut DataType, shape: *mut *const i64, dim_count: *mut u64) {
+        // SAFETY: a live response the backend does not use concurrently.
+        let r = unsafe { borrow(response, "response") }?;
+        let o = r.outputs.get(index as usize).ok_or_else(|| {
+            Error::new(ERROR_INVALID_ARG, format!("out of bounds index {index}: response has {} outputs", r.outputs.len()))
+        })?;
+        // SAFETY: the caller's out-parameters; the values live as long as the response.
+        unsafe {
+            write(name, o.c_name.as_ptr(), "name")?;
+            write(datatype, o.datatype, "datatype")?;
+            write(shape, o.shape.as_ptr(), "shape")?;
+            write(dim_count, o.shape.len() as u64, "dim_count")
+        }
+    }
+}
+
+/// Response parameters do not reach Tritium's clients: the engine's answer carries the
+/// outputs of each request. A backend that sets one is told so, rather than have it dropped.
+fn parameters_unsupported(response: *mut Response, name: *const c_char) -> Result<(), Error> {
+    // SAFETY: a live response, and a C string or null (the header's contract).
+    let name = unsafe {
+        borrow(response, "response")?;
+        text(name, "name")?
+    };
+    Err(Error::new(
+        ERROR_UNSUPPORTED,
+        format!("response parameter '{name}': Tritium does not send response parameters set by a backend"),
+    ))
+}
+
+export! {
+    fn TRITONBACKEND_ResponseSetStringParameter(response: *mut Response, name: *const c_char, value: *const c_char) {
+        let _ = value;
+        parameters_unsupported(response, name)
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseSetIntParameter(response: *mut Response, name: *const c_char, value: i64) {
+        let _ = value;
+        parameters_unsupported(response, name)
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseSetBoolParameter(response: *mut Response, name: *const c_char, value: bool) {
+        let _ = value;
+        parameters_unsupported(response, name)
+    }
+}
+
+export! {
+    fn TRITONBACKEND_ResponseSetDoubleParameter(response: *mut Response, name: *const c_char, value: f64) {
+        let _ = value;
+        parameters_unsupported(response, name)
     }
 }
 

@@ -12,9 +12,10 @@ use bytes::Bytes;
 
 use super::abi::*;
 use super::boundary::{borrow_mut, export, text, write};
+use super::buffer::BufferAttributes;
 use super::error::Error;
 use super::host::HostTensor;
-use super::request::{BufferAttributes, Request};
+use super::request::Request;
 
 /// One state object as the backend sees it behind `TRITONBACKEND_State*`.
 pub struct State {
@@ -99,6 +100,7 @@ export! {
         // SAFETY: a live state the backend does not use concurrently.
         let s = unsafe { borrow_mut(state, "state")? };
         s.buffer.resize(buffer_byte_size as usize, 0);
+        s.attributes.set_size(s.buffer.len());
         // SAFETY: the caller's out-parameters; the buffer lives as long as the state.
         unsafe {
             write(buffer, s.buffer.as_mut_ptr().cast(), "buffer")?;

@@ -112,6 +112,64 @@ export! {
     }
 }
 
+/// What Tritium does not give a backend of a trace: its ids, model and request (the trace file
+/// numbers a request's records when it writes them), a context set by the backend, and a
+/// backend's own activities. A call is told so.
+fn trace_unsupported(trace: *mut InferenceTrace, what: &str) -> Result<(), Error> {
+    // SAFETY: a live trace object (the header's contract).
+    unsafe { borrow(trace, "trace") }?;
+    Err(Error::new(ERROR_UNSUPPORTED, format!("Tritium does not give backends {what}")))
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceId(trace: *mut InferenceTrace, id: *mut u64) {
+        let _ = id;
+        trace_unsupported(trace, "a trace's id")
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceParentId(trace: *mut InferenceTrace, parent_id: *mut u64) {
+        let _ = parent_id;
+        trace_unsupported(trace, "a trace's parent id")
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceModelName(trace: *mut InferenceTrace, model_name: *mut *const c_char) {
+        let _ = model_name;
+        trace_unsupported(trace, "a trace's model name")
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceModelVersion(trace: *mut InferenceTrace, model_version: *mut i64) {
+        let _ = model_version;
+        trace_unsupported(trace, "a trace's model version")
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceRequestId(trace: *mut InferenceTrace, request_id: *mut *const c_char) {
+        let _ = request_id;
+        trace_unsupported(trace, "a trace's request id")
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceSetContext(trace: *mut InferenceTrace, trace_context: *const c_char) {
+        let _ = trace_context;
+        trace_unsupported(trace, "a way to set a trace's context")
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceTraceReportActivity(trace: *mut InferenceTrace, timestamp: u64, activity_name: *const c_char) {
+        let _ = (timestamp, activity_name);
+        trace_unsupported(trace, "a way to report their own trace activities")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::ffi::CStr;

@@ -178,6 +178,11 @@ pub fn response_report(r: ResponseReport) -> tritium_actors::ResponseReport {
     }
 }
 
+/// One line of a model's memory usage, as the statistics show it.
+pub fn memory_usage(m: tritium_ffi::backend_api::MemoryUsage) -> tritium_actors::MemoryUsage {
+    tritium_actors::MemoryUsage { kind: m.kind.to_string(), id: m.id, byte_size: m.byte_size }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,48 @@ pub struct TritonFactory {
     states: Option<Vec<String>>,
     /// `sequence_batching { iterative_sequence: true }`: the backend may reschedule requests.
     iterative: bool,
+    /// Each instance group's name, optimization profiles and secondary devices, for the
+    /// instances the backend asks about.
+    groups: Vec<GroupDevices>,
+}
+
+/// What an instance group tells its instances' backend beyond kind and device.
+struct GroupDevices {
+    name: String,
+    profiles: Vec<String>,
+    secondary: Vec<(String, i64)>,
+}
+
+impl GroupDevices {
+    fn of(config: &ModelConfig) -> Vec<GroupDevices> {
+        use crate::proto::inference::model_instance_group::secondary_device::SecondaryDeviceKind;
+        config
+            .instance_group
+            .iter()
+            .map(|g| GroupDevices {
+                name: g.name.clone(),
+                profiles: g.profile.clone(),
+                secondary: g
+                    .secondary_devices
+                    .iter()
+                    .map(|d| {
+                        let kind = SecondaryDeviceKind::try_from(d.kind).map_or("KIND_NVDLA", |k| k.as_str_name());
+                        (kind.to_string(), d.device_id)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The group of an instance named `<group>_<i>`.
+    fn find<'a>(groups: &'a [GroupDevices], instance: &str) -> Option<&'a GroupDevices> {
+        groups.iter().find(|g| {
+            instance
+                .strip_prefix(g.name.as_str())
+                .and_then(|rest| rest.strip_prefix('_'))
+                .is_some_and(|i| i.parse::<usize>().is_ok())
+        })
+    }
 }
 
 impl TritonFactory {
@@ -147,7 +189,16 @@ impl TritonFactory {
         };
         let iterative = matches!(&config.scheduling_choice,
             Some(SchedulingChoice::SequenceBatching(sb)) if sb.iterative_sequence);
-        Ok(TritonFactory { model: Arc::new(model), name: config.name.clone(), decoupled, outputs, states, iterative })
+        let groups = GroupDevices::of(config);
+        Ok(TritonFactory {
+            model: Arc::new(model),
+            name: config.name.clone(),
+            decoupled,
+            outputs,
+            states,
+            iterative,
+            groups,
+        })
     }
 }
 
@@ -158,8 +209,13 @@ impl BackendFactory for TritonFactory {
     }
 
     /// The responses the backend reports (`ReportResponseStatistics`) are the model's
-    /// `response_stats`, as in Triton.
+    /// `response_stats`, and the memory it reports its `memory_usage`, as in Triton.
     fn attach_stats(&self, stats: &Arc<ModelStats>) {
+        // Weak: the statistics may outlive the model, which must still finalize when unloaded.
+        let model = Arc::downgrade(&self.model);
+        stats.set_memory_usage_source(Box::new(move || {
+            model.upgrade().map_or_else(Vec::new, |m| m.memory_usage().into_iter().map(convert::memory_usage).collect())
+        }));
         let stats = stats.clone();
         self.model.on_response_statistics(Box::new(move |r| stats.record_response(&convert::response_report(r))));
     }
@@ -170,12 +226,15 @@ impl BackendFactory for TritonFactory {
             InstanceKind::Gpu => abi::INSTANCEGROUPKIND_GPU,
             InstanceKind::Model => abi::INSTANCEGROUPKIND_MODEL,
         };
+        let group = GroupDevices::find(&self.groups, &instance.name);
         let loaded = self
             .model
             .load_instance(&host::InstanceSpec {
                 name: instance.name.clone(),
                 kind,
                 device_id: instance.device.unwrap_or(0),
+                profiles: group.map(|g| g.profiles.clone()).unwrap_or_default(),
+                secondary_devices: group.map(|g| g.secondary.clone()).unwrap_or_default(),
             })
             .map_err(convert::error_in)?;
         Ok(Box::new(TritonInstance {

@@ -125,7 +125,11 @@ fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
                 compute_output: duration((b.count, b.compute_output_ns)),
             })
             .collect(),
-        memory_usage: Vec::new(),
+        memory_usage: s
+            .memory_usage
+            .iter()
+            .map(|m| pb::MemoryUsage { r#type: m.kind.clone(), id: m.id, byte_size: m.byte_size })
+            .collect(),
         response_stats: s
             .responses
             .iter()

@@ -57,7 +57,7 @@ pub fn model_stats_json(m: &ModelStatistics) -> Value {
         },
         "response_stats": response_stats,
         "batch_stats": batch_stats,
-        "memory_usage": [],
+        "memory_usage": s.memory_usage.iter().map(|m| json!({"type": m.kind, "id": m.id, "byte_size": m.byte_size})).collect::<Vec<_>>(),
     })
 }
 

@@ -10,6 +10,7 @@
 //! batching, sequences, ensembles, statistics). Nothing here blocks on inference.
 
 pub(crate) mod request;
+pub(crate) mod request_more;
 pub(crate) mod response;
 
 use std::ffi::{c_char, c_void};
@@ -20,7 +21,7 @@ use request::InferenceRequest;
 use super::abi::*;
 use super::boundary::{borrow, export, text, write};
 use super::error::Error;
-use super::host::{HostError, HostRequest, HostTensor};
+use super::host::{HostError, HostParam, HostRequest, HostTensor};
 use super::message::{ParamValue, Parameter};
 use super::model::Server;
 use super::trace::{HostTrace, InferenceTrace};
@@ -45,8 +46,9 @@ pub struct InProcessRequest {
 /// What the server sends back for an in-process request; exactly one `Final` or `Failed` ends it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InProcessEvent {
-    /// A response with its outputs; `is_final` on the last.
-    Response { outputs: Vec<HostTensor>, is_final: bool },
+    /// A response with its outputs, the model version that answered and the response's
+    /// parameters; `is_final` on the last.
+    Response { outputs: Vec<HostTensor>, is_final: bool, version: i64, parameters: Vec<(String, HostParam)> },
     /// The end of a decoupled model's responses, without a response.
     Final,
     /// The request failed; the final event.

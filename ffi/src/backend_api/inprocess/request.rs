@@ -11,26 +11,29 @@ use super::super::boundary::{borrow_mut, export, text, write};
 use super::super::error::Error;
 use super::super::host::{HostParam, HostTensor};
 use super::super::model::Server;
-use super::response::{Delivery, ResponseAllocator, ResponseCallback};
+use super::response::{Delivery, Origin, ResponseAllocator, ResponseCallback};
 use super::InProcessRequest;
 
 /// `TRITONSERVER_InferenceRequestReleaseFn_t`.
 pub type ReleaseFn = Option<unsafe extern "C" fn(*mut InferenceRequest, u32, *mut c_void)>;
 
 /// An input being built: its data arrives in pieces (`AppendInputData`).
-struct Input {
-    name: String,
+pub(super) struct Input {
+    pub(super) name: String,
     datatype: DataType,
     shape: Vec<i64>,
-    data: Vec<u8>,
+    pub(super) data: Vec<u8>,
 }
 
 /// One request as the backend builds it behind `TRITONSERVER_InferenceRequest*`.
 pub struct InferenceRequest {
     pub(super) message: InProcessRequest,
-    inputs: Vec<Input>,
+    pub(super) inputs: Vec<Input>,
     release: (ReleaseFn, usize),
     response: Option<ResponseCallback>,
+    /// The id and string correlation id as C strings, for the getters (the request owns them).
+    pub(super) id_text: std::ffi::CString,
+    pub(super) correlation_text: std::ffi::CString,
 }
 
 impl InferenceRequest {
@@ -44,10 +47,12 @@ impl InferenceRequest {
             inputs: Vec::new(),
             release: (None, 0),
             response: None,
+            id_text: std::ffi::CString::default(),
+            correlation_text: std::ffi::CString::default(),
         }
     }
 
-    fn input(&mut self, name: &str) -> Result<&mut Input, Error> {
+    pub(super) fn input(&mut self, name: &str) -> Result<&mut Input, Error> {
         let model = &self.message.model;
         self.inputs.iter_mut().find(|i| i.name == name).ok_or_else(|| {
             Error::new(ERROR_INVALID_ARG, format!("input '{name}' does not exist in request for model '{model}'"))
@@ -74,7 +79,12 @@ impl InferenceRequest {
                 data: Bytes::copy_from_slice(&i.data),
             })
             .collect();
-        Ok((message, Delivery::new(response, self.release.0, this as usize, self.release.1)))
+        let origin = Origin {
+            id: message.request.id.clone(),
+            model: message.model.clone(),
+            version: message.version.unwrap_or(-1),
+        };
+        Ok((message, Delivery::new(response, origin, self.release.0, this as usize, self.release.1)))
     }
 }
 
@@ -83,7 +93,7 @@ impl InferenceRequest {
 /// # Safety
 /// `r` must be null or a live request made by `InferenceRequestNew`, used by one thread at a
 /// time (the header's contract).
-unsafe fn req<'a>(r: *mut InferenceRequest) -> Result<&'a mut InferenceRequest, Error> {
+pub(super) unsafe fn req<'a>(r: *mut InferenceRequest) -> Result<&'a mut InferenceRequest, Error> {
     // SAFETY: as the caller promises.
     unsafe { borrow_mut(r, "inference request") }
 }

@@ -13,6 +13,7 @@ use super::super::abi::*;
 use super::super::boundary::{borrow, c_string, export, write};
 use super::super::error::Error;
 use super::super::host::{HostError, HostTensor};
+use super::super::request::Param;
 use super::request::{InferenceRequest, ReleaseFn};
 use super::InProcessEvent;
 
@@ -55,6 +56,8 @@ pub struct ResponseAllocator {
     start: StartFn,
     /// Kept for the API; Tritium always asks for CPU memory, so it never needs to query.
     _query: QueryFn,
+    /// Kept for the API, likewise.
+    _buffer_attributes: BufferAttributesFn,
 }
 
 /// A request's response callback and allocator, copied when the backend sets them. The
@@ -106,17 +109,31 @@ pub struct InferenceResponse {
     outputs: Vec<Output>,
     allocator: usize,
     release: BufferReleaseFn,
+    /// The request's id and model, the version that answered (the one asked for, -1 for the
+    /// latest, when it failed), and the response's parameters.
+    id: CString,
+    model: CString,
+    version: i64,
+    parameters: Vec<Param>,
+}
+
+/// What every response of one request says about it.
+#[derive(Clone)]
+pub(super) struct Origin {
+    pub(super) id: String,
+    pub(super) model: String,
+    pub(super) version: i64,
 }
 
 impl InferenceResponse {
     /// A response whose outputs are copied into buffers from the request's allocator. A
     /// failed allocation becomes the response's error, as in Triton.
-    fn allocate(callback: &ResponseCallback, tensors: Vec<HostTensor>) -> InferenceResponse {
+    fn allocate(callback: &ResponseCallback, tensors: Vec<HostTensor>, origin: &Origin) -> InferenceResponse {
         let allocator = callback.allocator as *mut ResponseAllocator;
         let userp = callback.allocator_userp as *mut c_void;
         let callbacks = callback.callbacks;
-        let mut response =
-            InferenceResponse { error: None, outputs: Vec::new(), allocator: callback.allocator, release: None };
+        let mut response = InferenceResponse::of(origin);
+        response.allocator = callback.allocator;
         let Some(ResponseAllocator { alloc: Some(alloc), release, start, .. }) = callbacks else {
             response.error =
                 Some(Error::new(ERROR_INVALID_ARG, "the request's response allocator has no alloc function"));
@@ -179,13 +196,24 @@ impl InferenceResponse {
         response
     }
 
-    fn failed(e: HostError) -> InferenceResponse {
+    /// An empty response of the request `origin` describes.
+    fn of(origin: &Origin) -> InferenceResponse {
         InferenceResponse {
-            error: Some(Error::new(e.code, e.message)),
+            error: None,
             outputs: Vec::new(),
             allocator: 0,
             release: None,
+            id: c_string(&origin.id),
+            model: c_string(&origin.model),
+            version: origin.version,
+            parameters: Vec::new(),
         }
+    }
+
+    fn failed(e: HostError, origin: &Origin) -> InferenceResponse {
+        let mut response = InferenceResponse::of(origin);
+        response.error = Some(Error::new(e.code, e.message));
+        response
     }
 }
 
@@ -211,6 +239,7 @@ impl Drop for InferenceResponse {
 /// stays the backend's, untouched.
 pub struct Delivery {
     callback: ResponseCallback,
+    origin: Origin,
     release: ReleaseFn,
     request: usize,
     release_userp: usize,
@@ -219,8 +248,14 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    pub(super) fn new(callback: ResponseCallback, release: ReleaseFn, request: usize, release_userp: usize) -> Self {
-        Delivery { callback, release, request, release_userp, done: false, accepted: Arc::default() }
+    pub(super) fn new(
+        callback: ResponseCallback,
+        origin: Origin,
+        release: ReleaseFn,
+        request: usize,
+        release_userp: usize,
+    ) -> Self {
+        Delivery { callback, origin, release, request, release_userp, done: false, accepted: Arc::default() }
     }
 
     /// Set once the server has taken the request.
@@ -234,12 +269,14 @@ impl Delivery {
             return;
         }
         let (response, flags) = match event {
-            InProcessEvent::Response { outputs, is_final } => (
-                Some(InferenceResponse::allocate(&self.callback, outputs)),
-                if is_final { RESPONSE_COMPLETE_FINAL } else { 0 },
-            ),
+            InProcessEvent::Response { outputs, is_final, version, parameters } => {
+                let origin = Origin { version, ..self.origin.clone() };
+                let mut response = InferenceResponse::allocate(&self.callback, outputs, &origin);
+                response.parameters = parameters.into_iter().map(|(k, v)| Param::new(&k, v)).collect();
+                (Some(response), if is_final { RESPONSE_COMPLETE_FINAL } else { 0 })
+            }
             InProcessEvent::Final => (None, RESPONSE_COMPLETE_FINAL),
-            InProcessEvent::Failed(e) => (Some(InferenceResponse::failed(e)), RESPONSE_COMPLETE_FINAL),
+            InProcessEvent::Failed(e) => (Some(InferenceResponse::failed(e, &self.origin)), RESPONSE_COMPLETE_FINAL),
         };
         let response = response.map_or(std::ptr::null_mut(), |r| Box::into_raw(Box::new(r)));
         self.done = flags & RESPONSE_COMPLETE_FINAL != 0;
@@ -276,7 +313,13 @@ export! {
         if alloc_fn.is_none() {
             return Err(Error::new(ERROR_INVALID_ARG, "alloc_fn is null"));
         }
-        let new = Box::into_raw(Box::new(ResponseAllocator { alloc: alloc_fn, release: release_fn, start: start_fn, _query: None }));
+        let new = Box::into_raw(Box::new(ResponseAllocator {
+            alloc: alloc_fn,
+            release: release_fn,
+            start: start_fn,
+            _query: None,
+            _buffer_attributes: None,
+        }));
         // SAFETY: the caller's out-parameter.
         unsafe { write(allocator, new, "allocator") }
     }
@@ -286,6 +329,27 @@ export! {
     fn TRITONSERVER_ResponseAllocatorSetQueryFunction(allocator: *mut ResponseAllocator, query_fn: QueryFn) {
         // SAFETY: a live allocator, used by one thread at a time (the header's contract).
         unsafe { super::super::boundary::borrow_mut(allocator, "allocator")? }._query = query_fn;
+        Ok(())
+    }
+}
+
+/// `TRITONSERVER_ResponseAllocatorBufferAttributesFn_t`.
+type BufferAttributesFn = Option<
+    unsafe extern "C" fn(
+        *mut ResponseAllocator,
+        *const c_char,
+        *mut super::super::buffer::BufferAttributes,
+        *mut c_void,
+        *mut c_void,
+    ) -> *mut Error,
+>;
+
+export! {
+    /// Kept for the API, as the query function: Tritium writes in-process outputs to CPU
+    /// buffers only, whose attributes need nothing filled in.
+    fn TRITONSERVER_ResponseAllocatorSetBufferAttributesFunction(allocator: *mut ResponseAllocator, buffer_attributes_fn: BufferAttributesFn) {
+        // SAFETY: a live allocator, used by one thread at a time (the header's contract).
+        unsafe { super::super::boundary::borrow_mut(allocator, "allocator")? }._buffer_attributes = buffer_attributes_fn;
         Ok(())
     }
 }
@@ -358,5 +422,61 @@ export! {
             write(memory_type_id, o.memory_type_id, "memory_type_id")?;
             write(userp, o.buffer_userp, "userp")
         }
+    }
+}
+
+export! {
+    /// The id of the request the response answers (empty when it had none).
+    fn TRITONSERVER_InferenceResponseId(response: *mut InferenceResponse, request_id: *mut *const c_char) {
+        // SAFETY: a live response and the caller's out-parameter; the id lives as long as it.
+        unsafe { write(request_id, resp(response)?.id.as_ptr(), "request_id") }
+    }
+}
+
+export! {
+    /// The model that answered, and its version.
+    fn TRITONSERVER_InferenceResponseModel(response: *mut InferenceResponse, model_name: *mut *const c_char, model_version: *mut i64) {
+        // SAFETY: a live response and the caller's out-parameters; the name lives as long as it.
+        unsafe {
+            let r = resp(response)?;
+            write(model_name, r.model.as_ptr(), "model_name")?;
+            write(model_version, r.version, "model_version")
+        }
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceResponseParameterCount(response: *mut InferenceResponse, count: *mut u32) {
+        // SAFETY: a live response and the caller's out-parameter.
+        unsafe { write(count, resp(response)?.parameters.len() as u32, "count") }
+    }
+}
+
+export! {
+    fn TRITONSERVER_InferenceResponseParameter(response: *mut InferenceResponse, index: u32, name: *mut *const c_char, kind: *mut ParameterType, vvalue: *mut *const c_void) {
+        // SAFETY: a live response (the header's contract).
+        let r = unsafe { resp(response) }?;
+        let p = r.parameters.get(index as usize).ok_or_else(|| {
+            Error::new(ERROR_INVALID_ARG, format!("out of bounds index {index}: response has {} parameters", r.parameters.len()))
+        })?;
+        // SAFETY: the caller's out-parameters; the values live as long as the response.
+        unsafe {
+            write(name, p.key.as_ptr(), "name")?;
+            write(kind, p.kind, "type")?;
+            write(vvalue, p.value(), "vvalue")
+        }
+    }
+}
+
+export! {
+    /// Refused: Tritium gives in-process responses no classification labels.
+    fn TRITONSERVER_InferenceResponseOutputClassificationLabel(response: *mut InferenceResponse, index: u32, class_index: usize, label: *mut *const c_char) {
+        let _ = (class_index, label);
+        // SAFETY: a live response (the header's contract).
+        let r = unsafe { resp(response) }?;
+        if index as usize >= r.outputs.len() {
+            return Err(Error::new(ERROR_INVALID_ARG, format!("out of bounds index {index}: response has {} outputs", r.outputs.len())));
+        }
+        Err(Error::new(ERROR_UNSUPPORTED, "Tritium does not give classification labels to in-process responses"))
     }
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::request::*;
+use super::request_more::*;
 use super::response::*;
 use super::*;
 use crate::backend_api::host::HostParam;
@@ -214,7 +215,12 @@ fn a_request_reaches_the_server_and_its_response_comes_back_in_the_allocators_bu
         HostTensor { name: "OUTPUT0".into(), datatype: "FP32".into(), shape: vec![4], data: vec![9u8; 16].into() };
     let fake = Arc::new(Fake {
         got: Mutex::default(),
-        answer: Mutex::new(vec![InProcessEvent::Response { outputs: vec![out], is_final: true }]),
+        answer: Mutex::new(vec![InProcessEvent::Response {
+            outputs: vec![out],
+            is_final: true,
+            version: 1,
+            parameters: Vec::new(),
+        }]),
         refuse: None,
         kept: Mutex::default(),
     });
@@ -247,10 +253,10 @@ fn decoupled_responses_end_with_one_final_flag_and_failures_reach_the_callback()
     let fake = Arc::new(Fake {
         got: Mutex::default(),
         answer: Mutex::new(vec![
-            InProcessEvent::Response { outputs: vec![out(1)], is_final: false },
-            InProcessEvent::Response { outputs: vec![out(2)], is_final: false },
+            InProcessEvent::Response { outputs: vec![out(1)], is_final: false, version: 1, parameters: Vec::new() },
+            InProcessEvent::Response { outputs: vec![out(2)], is_final: false, version: 1, parameters: Vec::new() },
             InProcessEvent::Final,
-            InProcessEvent::Response { outputs: vec![out(3)], is_final: false },
+            InProcessEvent::Response { outputs: vec![out(3)], is_final: false, version: 1, parameters: Vec::new() },
         ]),
         refuse: None,
         kept: Mutex::default(),
@@ -265,7 +271,8 @@ fn decoupled_responses_end_with_one_final_flag_and_failures_reach_the_callback()
 
     // A server that drops the request without a final answer: the backend still gets one.
     reset();
-    *fake.answer.lock().unwrap() = vec![InProcessEvent::Response { outputs: vec![out(1)], is_final: false }];
+    *fake.answer.lock().unwrap() =
+        vec![InProcessEvent::Response { outputs: vec![out(1)], is_final: false, version: 1, parameters: Vec::new() }];
     // SAFETY: as above.
     assert!(unsafe { TRITONSERVER_ServerInferAsync(server_handle(), request(a), std::ptr::null_mut()) }.is_null());
     assert_eq!(SEEN.lock().unwrap().len(), 1);
@@ -363,4 +370,115 @@ fn a_refused_request_stays_the_callers_and_model_queries_answer() {
         }
         TRITONSERVER_ResponseAllocatorDelete(a);
     }
+}
+
+/// What `on_response_origin` read of a response: request id, model, version, parameters.
+type Origin = (String, String, i64, Vec<(String, u32, i64)>);
+static ORIGINS: Mutex<Vec<Origin>> = Mutex::new(Vec::new());
+
+unsafe extern "C" fn on_response_origin(response: *mut InferenceResponse, _flags: u32, _userp: *mut c_void) {
+    if response.is_null() {
+        return;
+    }
+    // SAFETY: the host's response, read through the exported functions, then deleted once.
+    unsafe {
+        let (mut id, mut model, mut version, mut count) = (std::ptr::null(), std::ptr::null(), 0i64, 0u32);
+        assert!(TRITONSERVER_InferenceResponseId(response, &mut id).is_null());
+        assert!(TRITONSERVER_InferenceResponseModel(response, &mut model, &mut version).is_null());
+        assert!(TRITONSERVER_InferenceResponseParameterCount(response, &mut count).is_null());
+        let mut params = Vec::new();
+        for i in 0..count {
+            let (mut name, mut kind, mut value) = (std::ptr::null(), 0u32, std::ptr::null());
+            assert!(TRITONSERVER_InferenceResponseParameter(response, i, &mut name, &mut kind, &mut value).is_null());
+            params.push((CStr::from_ptr(name).to_string_lossy().into_owned(), kind, *value.cast::<i64>()));
+        }
+        let e = TRITONSERVER_InferenceResponseParameter(
+            response,
+            count,
+            &mut std::ptr::null(),
+            &mut 0,
+            &mut std::ptr::null(),
+        );
+        assert!(!e.is_null(), "an index past the parameters is refused");
+        crate::backend_api::error::TRITONSERVER_ErrorDelete(e);
+        let e = TRITONSERVER_InferenceResponseOutputClassificationLabel(response, 0, 0, &mut std::ptr::null());
+        assert_eq!(crate::backend_api::error::TRITONSERVER_ErrorCode(e), ERROR_UNSUPPORTED);
+        crate::backend_api::error::TRITONSERVER_ErrorDelete(e);
+        ORIGINS.lock().unwrap().push((
+            CStr::from_ptr(id).to_string_lossy().into_owned(),
+            CStr::from_ptr(model).to_string_lossy().into_owned(),
+            version,
+            params,
+        ));
+        assert!(TRITONSERVER_InferenceResponseDelete(response).is_null());
+    }
+}
+
+#[test]
+fn a_request_reads_back_what_was_set_and_a_response_names_its_request_model_and_parameters() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    reset();
+    ORIGINS.lock().unwrap().clear();
+    let out = HostTensor { name: "OUTPUT0".into(), datatype: "FP32".into(), shape: vec![1], data: vec![0u8; 4].into() };
+    let parameters = vec![("n".to_string(), HostParam::Int(5))];
+    let fake = Arc::new(Fake {
+        got: Mutex::default(),
+        answer: Mutex::new(vec![InProcessEvent::Response {
+            outputs: vec![out],
+            is_final: true,
+            version: 3,
+            parameters,
+        }]),
+        refuse: None,
+        kept: Mutex::default(),
+    });
+    set_inference_server(fake.clone());
+    let a = allocator();
+    let r = request(a);
+    // SAFETY: a live request and out-parameters on this frame, as a backend calls these.
+    unsafe {
+        let (mut id, mut flags, mut correlation, mut priority, mut cancelled) =
+            (std::ptr::null(), 0u32, 0u64, 9u64, true);
+        assert!(TRITONSERVER_InferenceRequestId(r, &mut id).is_null());
+        assert_eq!(CStr::from_ptr(id).to_str().unwrap(), "r1");
+        assert!(TRITONSERVER_InferenceRequestFlags(r, &mut flags).is_null());
+        assert_eq!(flags, REQUEST_FLAG_SEQUENCE_START);
+        assert!(TRITONSERVER_InferenceRequestCorrelationId(r, &mut correlation).is_null());
+        assert_eq!(correlation, 42);
+        let e = TRITONSERVER_InferenceRequestCorrelationIdString(r, &mut std::ptr::null());
+        assert_eq!(crate::backend_api::error::TRITONSERVER_ErrorCode(e), ERROR_INVALID_ARG);
+        crate::backend_api::error::TRITONSERVER_ErrorDelete(e);
+        assert!(TRITONSERVER_InferenceRequestSetPriorityUInt64(r, 1 << 40).is_null());
+        assert!(TRITONSERVER_InferenceRequestPriorityUInt64(r, &mut priority).is_null());
+        assert_eq!(priority, 1 << 40);
+        assert!(TRITONSERVER_InferenceRequestIsCancelled(r, &mut cancelled).is_null());
+        assert!(!cancelled);
+        // An output that was not requested goes without error; one that was, goes.
+        assert!(TRITONSERVER_InferenceRequestRemoveRequestedOutput(r, c"OTHER".as_ptr()).is_null());
+        assert!(TRITONSERVER_InferenceRequestAddRequestedOutput(r, c"OUTPUT1".as_ptr()).is_null());
+        assert!(TRITONSERVER_InferenceRequestRemoveRequestedOutput(r, c"OUTPUT1".as_ptr()).is_null());
+        let e = TRITONSERVER_InferenceRequestRemoveInput(r, c"NOPE".as_ptr());
+        assert_eq!(crate::backend_api::error::TRITONSERVER_ErrorCode(e), ERROR_INVALID_ARG);
+        crate::backend_api::error::TRITONSERVER_ErrorDelete(e);
+        let e = TRITONSERVER_InferenceRequestAddRawInput(r, c"RAW".as_ptr());
+        assert_eq!(crate::backend_api::error::TRITONSERVER_ErrorCode(e), ERROR_UNSUPPORTED);
+        crate::backend_api::error::TRITONSERVER_ErrorDelete(e);
+        let e = TRITONSERVER_InferenceRequestSetResponseCallback(
+            r,
+            a,
+            std::ptr::null_mut(),
+            Some(on_response_origin),
+            std::ptr::null_mut(),
+        );
+        assert!(e.is_null());
+        assert!(TRITONSERVER_ServerInferAsync(server_handle(), r, std::ptr::null_mut()).is_null());
+    }
+    let got = fake.got.lock().unwrap().remove(0);
+    assert_eq!(got.request.outputs, vec!["OUTPUT0".to_string()]);
+    assert_eq!(got.priority, 1 << 40);
+    let origins = ORIGINS.lock().unwrap().clone();
+    assert_eq!(origins, vec![("r1".to_string(), "add_sub".to_string(), 3, vec![("n".to_string(), PARAMETER_INT, 5)])]);
+    assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
+    // SAFETY: the allocator made above, deleted once.
+    unsafe { TRITONSERVER_ResponseAllocatorDelete(a) };
 }
