@@ -2,7 +2,8 @@
 (tests/fixtures/backends/surface_table.c takes all their addresses; Tritium loads backends with
 RTLD_NOW), and the less common ones behave as Triton's: buffer attributes, memory usage reports
 shown in the statistics' `memory_usage`, an instance's optimization profiles, the execution
-policy, an output read back from a response, a response parameter refused as unsupported. A
+policy, an output read back from a response, a response parameter refused as unsupported, and
+the server-wide queries (metadata, a model's config and statistics, the index) answered. A
 backend that needs a function Tritium does not provide fails its own load, naming it.
 """
 import subprocess

@@ -19,6 +19,7 @@ use tritium_ffi::backend_api::{
     InferenceServer,
 };
 
+use super::http;
 use crate::server::Server;
 
 /// Makes `server` the one backends' in-process requests reach.
@@ -106,6 +107,44 @@ impl InferenceServer for Bls {
         }
         Ok(())
     }
+
+    fn is_live(&self) -> bool {
+        self.server.is_live()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.server.is_ready()
+    }
+
+    fn metadata_json(&self) -> String {
+        http::handlers::server_metadata_value(&self.server.metadata()).to_string()
+    }
+
+    fn model_metadata_json(&self, model: &str, version: Option<i64>) -> Result<String, HostError> {
+        let m = self.server.model_metadata(model, version).map_err(host_error)?;
+        Ok(http::handlers::model_metadata_value(&m).to_string())
+    }
+
+    fn model_config_json(&self, model: &str, version: Option<i64>) -> Result<String, HostError> {
+        let m = self.server.model(model, version).map_err(host_error)?;
+        Ok(crate::config::to_json(&m.config).to_string())
+    }
+
+    fn index_json(&self, ready_only: bool) -> Result<String, HostError> {
+        let entries = self.server.repository_index(ready_only).map_err(host_error)?;
+        Ok(http::handlers::index_value(entries).to_string())
+    }
+
+    /// Waits, as the statistics endpoints do, for requests answered early to be counted.
+    fn statistics_json(&self, model: Option<&str>, version: Option<i64>) -> Result<String, HostError> {
+        let (server, model) = (self.server.clone(), model.map(str::to_string));
+        let stats = wait(async move { server.statistics(model.as_deref(), version).await })?;
+        Ok(http::stats_json(stats).to_string())
+    }
+
+    fn model_batches(&self, model: &str, version: Option<i64>) -> Result<bool, HostError> {
+        self.server.model(model, version).map(|m| m.config.max_batch_size > 0).map_err(host_error)
+    }
 }
 
 /// One in-process request's way to the backend's callbacks.
@@ -181,7 +220,9 @@ const UNLOAD_START: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs a repository call on the frontend's runtime and waits for it on this (the backend's)
 /// thread.
-fn wait(call: impl std::future::Future<Output = tritium_actors::Result<()>> + Send + 'static) -> Result<(), HostError> {
+fn wait<T: Send + 'static>(
+    call: impl std::future::Future<Output = tritium_actors::Result<T>> + Send + 'static,
+) -> Result<T, HostError> {
     let (tx, rx) = std::sync::mpsc::channel();
     runtime().spawn(async move {
         let _ = tx.send(call.await);

@@ -47,9 +47,13 @@ fn empty(status: StatusCode) -> HttpResponse {
     HttpResponse::build(status).insert_header((header::CONTENT_TYPE, "text/plain")).finish()
 }
 
+/// The server's metadata as `GET /v2` answers it (also the in-process API's).
+pub fn server_metadata_value(m: &crate::server::ServerMetadata) -> Value {
+    json!({ "name": m.name, "version": m.version, "extensions": m.extensions })
+}
+
 pub async fn server_metadata(state: web::Data<HttpState>) -> HttpResponse {
-    let m = state.server.metadata();
-    json_ok(&json!({ "name": m.name, "version": m.version, "extensions": m.extensions }))
+    json_ok(&server_metadata_value(&state.server.metadata()))
 }
 
 pub async fn live(state: web::Data<HttpState>) -> HttpResponse {
@@ -62,17 +66,21 @@ pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
 
 pub async fn model_metadata(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
     let (model, version) = model_and_version(&path)?;
-    let m = state.server.model_metadata(&model, version)?;
+    Ok(json_ok(&model_metadata_value(&state.server.model_metadata(&model, version)?)))
+}
+
+/// A model's metadata as `GET /v2/models/{m}` answers it (also the in-process API's).
+pub fn model_metadata_value(m: &crate::server::ModelMetadata) -> Value {
     let tensors = |ts: &[crate::server::TensorMetadata]| -> Vec<Value> {
         ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype.as_str(), "shape": t.shape })).collect()
     };
-    Ok(json_ok(&json!({
+    json!({
         "name": m.name,
         "versions": m.versions,
         "platform": m.platform,
         "inputs": tensors(&m.inputs),
         "outputs": tensors(&m.outputs),
-    })))
+    })
 }
 
 pub async fn model_ready(state: web::Data<HttpState>, path: ModelPath) -> HttpResult<HttpResponse> {
@@ -122,9 +130,12 @@ pub async fn repository_index(state: web::Data<HttpState>, Body(body): Body) -> 
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(Error::invalid("Unable to parse 'ready': expected a boolean").into()),
     };
-    let entries: Vec<Value> = state
-        .server
-        .repository_index(ready_only)?
+    Ok(json_ok(&index_value(state.server.repository_index(ready_only)?)))
+}
+
+/// The repository index as `POST /v2/repository/index` answers it (also the in-process API's).
+pub fn index_value(entries: Vec<crate::server::IndexEntry>) -> Value {
+    let entries: Vec<Value> = entries
         .into_iter()
         .map(|e| {
             let mut obj = serde_json::Map::new();
@@ -141,7 +152,7 @@ pub async fn repository_index(state: web::Data<HttpState>, Body(body): Body) -> 
             Value::Object(obj)
         })
         .collect();
-    Ok(json_ok(&Value::Array(entries)))
+    Value::Array(entries)
 }
 
 fn parameters(request: &Value) -> Result<Option<&serde_json::Map<String, Value>>> {

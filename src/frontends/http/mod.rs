@@ -24,6 +24,7 @@ use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpResponse, HttpServer};
 pub use binary::HEADER_LENGTH;
 pub use error::{error_response, status_of, HttpError, HttpResult};
+pub use stats_json::stats_json;
 
 use crate::frontends::restricted::Restrictions;
 use crate::server::Server;

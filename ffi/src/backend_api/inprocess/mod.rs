@@ -12,6 +12,7 @@
 pub(crate) mod request;
 pub(crate) mod request_more;
 pub(crate) mod response;
+pub(crate) mod server_queries;
 
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, RwLock};
@@ -72,6 +73,19 @@ pub trait InferenceServer: Send + Sync {
     /// Starts unloading a model (and, with `dependents`, the ensembles that use it) and returns,
     /// as Triton does; an error only when the server refuses to.
     fn unload_model(&self, model: &str, dependents: bool) -> Result<(), HostError>;
+    /// Whether the server is live, and ready.
+    fn is_live(&self) -> bool;
+    fn is_ready(&self) -> bool;
+    /// The server's metadata, a model's metadata and config, the repository index (ready
+    /// models only, or all) and model statistics (`None`: every model; a version `None`: every
+    /// version), as the JSON the HTTP endpoints answer.
+    fn metadata_json(&self) -> String;
+    fn model_metadata_json(&self, model: &str, version: Option<i64>) -> Result<String, HostError>;
+    fn model_config_json(&self, model: &str, version: Option<i64>) -> Result<String, HostError>;
+    fn index_json(&self, ready_only: bool) -> Result<String, HostError>;
+    fn statistics_json(&self, model: Option<&str>, version: Option<i64>) -> Result<String, HostError>;
+    /// Whether the model batches along the first dimension (`max_batch_size` > 0).
+    fn model_batches(&self, model: &str, version: Option<i64>) -> Result<bool, HostError>;
 }
 
 static SERVER: RwLock<Option<Arc<dyn InferenceServer>>> = RwLock::new(None);

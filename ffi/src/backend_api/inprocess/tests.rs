@@ -149,6 +149,30 @@ impl InferenceServer for Fake {
     fn unload_model(&self, _m: &str, _d: bool) -> Result<(), HostError> {
         Ok(())
     }
+    fn is_live(&self) -> bool {
+        true
+    }
+    fn is_ready(&self) -> bool {
+        true
+    }
+    fn metadata_json(&self) -> String {
+        r#"{"name":"fake"}"#.into()
+    }
+    fn model_metadata_json(&self, model: &str, _v: Option<i64>) -> Result<String, HostError> {
+        Ok(format!(r#"{{"name":"{model}"}}"#))
+    }
+    fn model_config_json(&self, model: &str, _v: Option<i64>) -> Result<String, HostError> {
+        Ok(format!(r#"{{"name":"{model}","max_batch_size":8}}"#))
+    }
+    fn index_json(&self, _ready_only: bool) -> Result<String, HostError> {
+        Ok("[]".into())
+    }
+    fn statistics_json(&self, _m: Option<&str>, _v: Option<i64>) -> Result<String, HostError> {
+        Ok(r#"{"model_stats":[]}"#.into())
+    }
+    fn model_batches(&self, model: &str, _v: Option<i64>) -> Result<bool, HostError> {
+        self.model_decoupled(model, None).map(|_| true)
+    }
 }
 
 fn server_handle() -> *mut Server {
