@@ -5,7 +5,7 @@
 //!
 //!   ceiling --model model_repository/mlp/1/model.onnx [--onnxruntime-library PATH]
 //!           [--batch 1,8,32,64] [--seconds 3] [--repeats 3] [--intra-threads N] [--session KEY=VALUE]
-//!           [--sessions N]
+//!           [--sessions N [--share-prepacked]]
 //!
 //! Prints one JSON object per (repeat, batch) on stdout:
 //! {"repeat":1,"batch":8,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…,"cpu_us_per_item":…}.
@@ -15,6 +15,7 @@
 use std::path::PathBuf;
 
 use ort::environment::Environment;
+use ort::session::builder::PrepackedWeights;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor, ValueType};
 use tritium_ceiling::{measure, measure_parallel, pattern, BenchResult};
@@ -32,13 +33,15 @@ struct Args {
     session: Vec<(String, String)>,
     /// Sessions run at once, each on its own thread (a server's instance count).
     sessions: usize,
+    /// The sessions share one container of prepacked weights.
+    share_prepacked: bool,
 }
 
 const HELP: &str = "ceiling: items/s of an ONNX model run in-process through ONNX Runtime (ort)
 
   ceiling --model FILE [--onnxruntime-library PATH] [--batch 1,8,32,64] [--seconds 3]
           [--repeats 3] [--intra-threads N] [--inter-threads N] [--session KEY=VALUE]...
-          [--sessions N]
+          [--sessions N [--share-prepacked]]
 
 --onnxruntime-library defaults to $ORT_DYLIB_PATH, else the repository's
 .venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 (what Tritium uses).
@@ -47,7 +50,9 @@ intra_op_thread_count. --session sets an ONNX Runtime session config entry (repe
 model config's `session.*` parameter does in Tritium, e.g. session.intra_op.allow_spinning=0.
 --sessions N (default 1) runs N sessions of the model with the same options at once, each on its
 own thread, as Tritium's N instances of a model (`instance_group { count: N }`): items/s are
-summed and the CPU per item is the process's over the common window.
+summed and the CPU per item is the process's over the common window. --share-prepacked gives
+the sessions one container of prepacked weights (ONNX Runtime's PrepackedWeightsContainer: the
+GEMM weights as MLAS packs them, held once for all sessions instead of once per session).
 Every input must have one leading batch dimension (-1) and fixed other
 dimensions; inputs are FP32 filled with a fixed pattern. One JSON line per (repeat, batch).";
 
@@ -65,12 +70,17 @@ fn parse() -> Result<Args, String> {
         inter: None,
         session: Vec::new(),
         sessions: 1,
+        share_prepacked: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
             println!("{HELP}");
             std::process::exit(0);
+        }
+        if flag == "--share-prepacked" {
+            a.share_prepacked = true;
+            continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: not a number: {v}"));
@@ -104,8 +114,11 @@ fn main() {
     }
 }
 
-fn open(args: &Args, env: &Environment) -> BenchResult<Session> {
+fn open(args: &Args, env: &Environment, prepacked: Option<&PrepackedWeights>) -> BenchResult<Session> {
     let mut builder = Session::builder(env)?;
+    if let Some(weights) = prepacked {
+        builder = builder.with_prepacked_weights(weights)?;
+    }
     if let Some(n) = args.intra {
         builder = builder.with_intra_threads(n)?;
     }
@@ -159,12 +172,15 @@ fn run_once(
 
 fn run(args: &Args) -> BenchResult<()> {
     let env = ort::init_from(&args.library)?.with_name("ceiling").build()?;
-    let mut sessions = (0..args.sessions).map(|_| open(args, &env)).collect::<BenchResult<Vec<_>>>()?;
+    let prepacked = args.share_prepacked.then(PrepackedWeights::new);
+    let mut sessions =
+        (0..args.sessions).map(|_| open(args, &env, prepacked.as_ref())).collect::<BenchResult<Vec<_>>>()?;
     let inputs = inputs(&sessions[0])?;
     eprintln!(
-        "model {} inputs {inputs:?}, {} session(s), intra threads {:?}, session entries {:?}",
+        "model {} inputs {inputs:?}, {} session(s) (prepacked weights shared: {}), intra threads {:?}, session entries {:?}",
         args.model.display(),
         args.sessions,
+        args.share_prepacked,
         args.intra,
         args.session
     );
