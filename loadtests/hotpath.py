@@ -80,7 +80,8 @@ def edit_mlp_config(text, params, batching=None, instances=None):
     dynamic_batching block holds replaced by `batching` and its instance count set to
     `instances`."""
     if instances is not None:
-        text, n = re.subn(r"instance_group\s*\[[^\]]*\]", f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]", text)
+        group = f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]"
+        text, n = re.subn(r"instance_group\s*\[[^\]]*\]", group, text)
         if n != 1:
             sys.exit("mlp's config.pbtxt has no single instance_group to replace")
     if batching is not None:
