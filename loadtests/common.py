@@ -221,16 +221,35 @@ def thread_cores(before, after, wall_s):
 
 
 def ort_options(config_text):
-    """The ceiling's flags for the ONNX Runtime options a config's parameters set, as Tritium's
-    ONNX backend reads them (intra_op_thread_count, session.* entries)."""
+    """The ceiling's flags for the ONNX Runtime options a config sets, as Tritium's ONNX backend
+    reads them: intra_op_thread_count, session.* entries, and the instance count (`--sessions`,
+    one session per instance, run at once); without intra_op_thread_count, N > 1 instances get
+    cores ÷ N intra-op threads each, as src/backends/mod.rs gives them."""
     flags = []
+    intra = None
     for key, value in re.findall(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"',
                                  config_text):
         if key == "intra_op_thread_count" and int(value or 0) > 0:
-            flags += ["--intra-threads", value]
+            intra = value
         elif key.startswith("session."):
             flags += ["--session", f"{key}={value.strip()}"]
+    instances = instance_count(config_text)
+    if intra is None and instances > 1:
+        intra = str(max(1, (os.cpu_count() or 1) // instances))
+    if intra is not None:
+        flags = ["--intra-threads", intra] + flags
+    if instances > 1:
+        flags += ["--sessions", str(instances)]
     return tuple(flags)
+
+
+def instance_count(config_text):
+    """The instances a config's instance_group entries ask for (1 without any)."""
+    groups = re.findall(r"instance_group\s*\[(.*?)\]", config_text, re.S)
+    counts = [int(c) for g in groups for c in re.findall(r"count:\s*(\d+)", g)]
+    entries = sum(len(re.findall(r"\{", g)) for g in groups)
+    # an entry without count is one instance
+    return max(1, sum(counts) + max(0, entries - len(counts)))
 
 
 def children_cpu_s():

@@ -23,6 +23,9 @@ Options for issue 19 point 1 (the mlp instance fed at c16):
               add_sub.
   --old-model-repository     the old build's repository (model_repository/ is the new build's).
   --old-mlp-batching / --new-mlp-batching TEXT   what that subject's mlp dynamic_batching holds.
+  --old-mlp-instances / --new-mlp-instances N   that subject's mlp instance_group count (the
+              ceiling then runs N sessions at once, with cores ÷ N intra-op threads each unless
+              intra_op_thread_count is set, as the server gives them).
   --old-mlp-param / --new-mlp-param KEY=VALUE   a `parameters` entry added to that subject's mlp
               config (e.g. intra_op_thread_count=1, session.intra_op.allow_spinning=0), so one
               binary can be measured against itself with other session options.
@@ -72,9 +75,15 @@ DEFAULT_LOADS = "add_sub_http,add_sub_grpc,mlp_http,mlp_grpc"
 SUBJECTS = ["old", "new", "floor", "floor_grpc", "triton"]
 
 
-def edit_mlp_config(text, params, batching=None):
-    """mlp's config.pbtxt with `parameters` entries (KEY=VALUE) added and what its
-    dynamic_batching block holds replaced by `batching`."""
+def edit_mlp_config(text, params, batching=None, instances=None):
+    """mlp's config.pbtxt with `parameters` entries (KEY=VALUE) added, what its
+    dynamic_batching block holds replaced by `batching` and its instance count set to
+    `instances`."""
+    if instances is not None:
+        group = f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]"
+        text, n = re.subn(r"instance_group\s*\[[^\]]*\]", group, text)
+        if n != 1:
+            sys.exit("mlp's config.pbtxt has no single instance_group to replace")
     if batching is not None:
         text, n = re.subn(r"dynamic_batching \{[^}]*\}", lambda _: f"dynamic_batching {{ {batching} }}", text)
         if n != 1:
@@ -87,14 +96,21 @@ def edit_mlp_config(text, params, batching=None):
     return text
 
 
-def mlp_config_editor(params, batching=None):
+def mlp_config_editor(params, batching=None, instances=None):
     """An edit_repo for common.bench_server that applies edit_mlp_config."""
     def edit(repo):
         cfg = os.path.join(repo, "mlp", "config.pbtxt")
-        text = edit_mlp_config(open(cfg).read(), params, batching)
+        text = edit_mlp_config(open(cfg).read(), params, batching, instances)
         with open(cfg, "w") as f:
             f.write(text)
-    return edit if params or batching is not None else None
+    return edit if params or batching is not None or instances is not None else None
+
+
+def mlp_edits(args, label):
+    """(params, batching, instances): how the run edits `label`'s mlp config."""
+    if label == "old":
+        return args.old_mlp_param, args.old_mlp_batching, args.old_mlp_instances
+    return args.new_mlp_param, args.new_mlp_batching, args.new_mlp_instances
 
 
 def main():
@@ -121,6 +137,8 @@ def main():
     ap.add_argument("--new-mlp-param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--old-mlp-batching", metavar="TEXT", help="replaces the inside of mlp's dynamic_batching { }")
     ap.add_argument("--new-mlp-batching", metavar="TEXT")
+    ap.add_argument("--old-mlp-instances", type=int, metavar="N", help="that subject's mlp instance_group count")
+    ap.add_argument("--new-mlp-instances", type=int, metavar="N")
     ap.add_argument("--triton", action="store_true", help="Triton 2.51 as a subject of the mlp loads")
     ap.add_argument("--triton-ref", default=os.environ.get("TRITON_REF_DIR", "/work/ref"))
     ap.add_argument("--triton-delay-us", type=int, default=200)
@@ -195,9 +213,7 @@ def run_ceilings(args, out_dir, subjects):
             flags = ()
         else:
             repo = (args.old_model_repository if label == "old" else None) or args.model_repository
-            params, batching = (args.old_mlp_param, args.old_mlp_batching) if label == "old" else \
-                (args.new_mlp_param, args.new_mlp_batching)
-            text = edit_mlp_config(open(os.path.join(repo, "mlp", "config.pbtxt")).read(), params, batching)
+            text = edit_mlp_config(open(os.path.join(repo, "mlp", "config.pbtxt")).read(), *mlp_edits(args, label))
             flags = common.ort_options(text)
         wanted[label] = flags
     runs, out = {}, {}
@@ -207,11 +223,13 @@ def run_ceilings(args, out_dir, subjects):
             args.ceiling_session = list(args.ceiling_session) + [flags[i + 1] for i in range(0, len(flags), 2)
                                                                 if flags[i] == "--session"]
             intra = [flags[i + 1] for i in range(0, len(flags), 2) if flags[i] == "--intra-threads"]
+            sessions = [flags[i + 1] for i in range(0, len(flags), 2) if flags[i] == "--sessions"]
             saved_intra = args.ceiling_intra_threads
             if intra:
                 args.ceiling_intra_threads = int(intra[-1])
+            args.ceiling_sessions = int(sessions[-1]) if sessions else 1
             runs[flags] = targets.run_ceiling(args, out_dir, 0, batches)
-            args.ceiling_session, args.ceiling_intra_threads = saved, saved_intra
+            args.ceiling_session, args.ceiling_intra_threads, args.ceiling_sessions = saved, saved_intra, 1
             print(f"ceiling {' '.join(flags) or '(defaults)'}: " + "  ".join(
                 f"b{b} {r['cpu_us_per_item']:.0f}" for b, r in runs[flags].items()) + " CPU µs/item", flush=True)
         out[label] = {"options": " ".join(flags) or "ONNX Runtime's defaults", "batches": runs[flags]}
@@ -220,13 +238,12 @@ def run_ceilings(args, out_dir, subjects):
 
 def start_servers(args, out_dir, tmp, stack, subjects):
     servers = {}
-    for label, binary, params, batching in (("old", args.old, args.old_mlp_param, args.old_mlp_batching),
-                                            ("new", args.new, args.new_mlp_param, args.new_mlp_batching)):
+    for label, binary in (("old", args.old), ("new", args.new)):
         repo = (args.old_model_repository if label == "old" else None) or args.model_repository
         servers[label] = stack.enter_context(common.bench_server(
             binary, args.onnxruntime_library, repo, out_dir, models=["mlp", "add_sub"],
             ready=("mlp", "add_sub"), check=common.add_sub_check, log_name=f"server-{label}.log",
-            prefix="hot-", edit_repo=mlp_config_editor(params, batching)))
+            prefix="hot-", edit_repo=mlp_config_editor(*mlp_edits(args, label))))
     if "floor" in subjects:
         port = common.free_ports(1)[0]
         servers["floor"] = stack.enter_context(targets.process_server(
@@ -292,6 +309,13 @@ def model_cpu(r, ceilings):
     return targets.model_cpu_per_item(ceilings[r["subject"]]["batches"], r.get("batch_efficiency") or 1.0)
 
 
+def subject_instances(args, label):
+    """The mlp instances the run gives `label` (old or new), from its config as edited."""
+    repo = (args.old_model_repository if label == "old" else None) or args.model_repository
+    text = edit_mlp_config(open(os.path.join(repo, "mlp", "config.pbtxt")).read(), *mlp_edits(args, label))
+    return common.instance_count(text)
+
+
 def thread_groups(r):
     """A run's server CPU µs per inference by thread group: names that differ only by a number
     (grpc-0, grpc-1) are one group."""
@@ -302,13 +326,17 @@ def thread_groups(r):
     return out
 
 
-def params_note(params, batching=None):
-    notes = list(params) + ([f"dynamic_batching {{ {batching} }}"] if batching is not None else [])
+def params_note(params, batching=None, instances=None):
+    notes = list(params) + ([f"dynamic_batching {{ {batching} }}"] if batching is not None else []) + \
+        ([f"instance_group count {instances}"] if instances is not None else [])
     return f" (mlp {', '.join(notes)})" if notes else ""
 
 
 def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
     reps = sorted({r["repeat"] for r in runs})
+    # busy: the share of wall time each instance computes, the mean over the subject's instances
+    instances = {b: subject_instances(args, b) for b in ("old", "new")}
+    instances["triton"] = args.triton_instances
 
     def g(rep, subject, model, proto, c):
         return targets.pick(runs, rep, subject, model, proto, "bin", c)
@@ -337,7 +365,7 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
             for b, r in (("old", o), ("new", n), ("triton", tr)):
                 if r:
                     add(f"mlp_{proto}_{b}_bound", r["infer_per_s"] / bound(r, ceilings))
-                    add(f"mlp_{proto}_{b}_busy", targets.busy(r))
+                    add(f"mlp_{proto}_{b}_busy", targets.busy(r) / instances[b])
                     add(f"mlp_{proto}_{b}_outside", r["network_server_us"])
                     add(f"mlp_{proto}_{b}_batch", r.get("batch_efficiency") or 1.0)
                     add(f"mlp_{proto}_{b}_ips", r["infer_per_s"])
@@ -364,8 +392,8 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
 
     cols = ["old", "new"] + (["triton"] if any(k.startswith("mlp_") and "_triton_" in k for k in ratios) else [])
     lines = [f"# Issue 19: the hot path, old ÷ new ÷ floor ({stamp})", "",
-             f"perf_analyzer {common.PA_VERSION}; old = {args.old}{params_note(args.old_mlp_param, args.old_mlp_batching)}, new = "
-             f"{args.new}{params_note(args.new_mlp_param, args.new_mlp_batching)} (git HEAD "
+             f"perf_analyzer {common.PA_VERSION}; old = {args.old}{params_note(*mlp_edits(args, 'old'))}, new = "
+             f"{args.new}{params_note(*mlp_edits(args, 'new'))} (git HEAD "
              f"{header['git_head'][:12]}); load average {header['loadavg_at_start']:.2f} at start on "
              f"{header['nproc']} cores; {len(reps)} repeats, the order of the subjects rotated, ratios per "
              f"repeat, median (min–max); -p {args.interval_ms} ms.", "",

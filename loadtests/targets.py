@@ -214,6 +214,8 @@ def run_ceiling(args, out_dir, rep, batches=CEILING_BATCHES):
                "--seconds", str(args.ceiling_seconds), "--repeats", str(getattr(args, "ceiling_windows", 1))]
         if args.ceiling_intra_threads:
             cmd += ["--intra-threads", str(args.ceiling_intra_threads)]
+        if getattr(args, "ceiling_sessions", 1) > 1:
+            cmd += ["--sessions", str(args.ceiling_sessions)]
         session = getattr(args, "ceiling_session", None)
         if session is None and not args.ceiling_intra_threads:
             # like with like: the ONNX Runtime options the bundled mlp config gives Tritium
