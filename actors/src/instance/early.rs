@@ -55,8 +55,9 @@ struct Shared {
     /// The model's name and version, for the response.
     model: Arc<str>,
     version: i64,
-    /// The only request of its batch: the backend's thread gives its core up after answering.
-    alone: bool,
+    /// The only request of its batch with nothing else waiting for the instance: the backend's
+    /// thread gives its core up after answering.
+    yields: bool,
 }
 
 /// A request's reply lent to the backend while its batch runs: `answer` sends the request's
@@ -65,9 +66,9 @@ struct Shared {
 pub(crate) struct Lent(Arc<Shared>);
 
 impl Lent {
-    pub(crate) fn new(p: Pending, stats: &Arc<ModelStats>, model: &Arc<str>, version: i64, alone: bool) -> Self {
+    pub(crate) fn new(p: Pending, stats: &Arc<ModelStats>, model: &Arc<str>, version: i64, yields: bool) -> Self {
         let slot = Mutex::new(Slot::Waiting(p));
-        Lent(Arc::new(Shared { slot, stats: stats.clone(), model: model.clone(), version, alone }))
+        Lent(Arc::new(Shared { slot, stats: stats.clone(), model: model.clone(), version, yields }))
     }
 
     /// What the backend is handed.
@@ -127,10 +128,13 @@ impl AnswerEarly for Shared {
         // waited until the backend's thread slept: 20-25 µs a request at c1
         // (loadtests/PROFILES.md, "Python backend at c1: the answer's way out"). Giving the core
         // up once lets it go first, as Triton writes the answer before its backend goes on;
-        // with nobody waiting for the core this returns at once. Only for a batch of one: in a
-        // larger batch the backend answers the batch's next request next, and at c16 a yield
-        // per answer delayed those answers and the instance's next batch.
-        if self.alone {
+        // with nobody waiting for the core this returns at once. Only for a batch of one with
+        // nothing queued behind it: in a larger batch the backend answers the batch's next
+        // request next, and with requests waiting (add_sub at c16 without batching) the other
+        // runnable threads (the clients', the frontend's) took the core for a whole slice at
+        // each yield, while the backend and its stub, the one serial chain every request
+        // waits for, stood still (loadtests/PROFILES.md, "add_sub HTTP c16").
+        if self.yields {
             std::thread::yield_now();
         }
         true
@@ -155,20 +159,22 @@ pub(crate) enum Held {
 }
 
 /// Lends the backend the replies of the batch's requests that it may answer early; the
-/// second vector is `BatchInput::early`.
+/// second vector is `BatchInput::early`. `waiting`: whether other requests wait for the model's
+/// instances (then the backend's thread keeps its core after an answer).
 pub(crate) fn lend(
     batch: Vec<Pending>,
     stats: &Arc<ModelStats>,
     model: &str,
     version: i64,
+    waiting: bool,
 ) -> (Vec<Held>, Vec<Option<EarlyReply>>) {
     let model: Arc<str> = Arc::from(model);
-    let alone = batch.len() == 1;
+    let yields = batch.len() == 1 && !waiting;
     batch
         .into_iter()
         .map(|p| {
             if eligible(&p) {
-                let lent = Lent::new(p, stats, &model, version, alone);
+                let lent = Lent::new(p, stats, &model, version, yields);
                 let reply = lent.reply();
                 (Held::Lent(lent), Some(reply))
             } else {

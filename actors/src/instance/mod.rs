@@ -257,7 +257,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         // (tensor data is shared).
         let owned: Vec<crate::request::InferRequest> = live.iter().map(|p| p.request.clone()).collect();
         let requests: Vec<&crate::request::InferRequest> = owned.iter().collect();
-        let (held, lent) = early::lend(live, stats, &policy.name, policy.version);
+        let (held, lent) = early::lend(live, stats, &policy.name, policy.version, env.lane.waiting());
         let input = BatchInput { early: &lent, ..batch_input(&requests) };
         (catch_unwind(AssertUnwindSafe(|| backend.execute_each(input, &sizes))), held)
     } else {

@@ -292,6 +292,11 @@ impl Lane {
         (Pulled::Free { tell }, expired)
     }
 
+    /// Whether requests wait for an instance: queued in the scheduler or on their way to it.
+    pub fn waiting(&self) -> bool {
+        self.state.lock().backlog()
+    }
+
     /// Locks the lane for one turn of the scheduler.
     pub fn turn(&self) -> Turn<'_> {
         Turn { s: self.state.lock() }
@@ -463,6 +468,22 @@ mod tests {
         assert_eq!(direct(lane.route(pending(), false)), None);
         lane.turn().publish(0, 1);
         assert_eq!(direct(lane.route(pending(), false)), Some(1));
+    }
+
+    #[test]
+    fn waiting_counts_requests_on_their_way_to_the_scheduler_and_queued_there() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        assert!(!lane.waiting());
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
+        inboxes[0].try_recv().unwrap();
+        // The one running is not waiting.
+        assert!(!lane.waiting());
+        assert_eq!(direct(lane.route(pending(), false)), None);
+        assert!(lane.waiting(), "on its way to the scheduler");
+        lane.turn().publish(1, 1);
+        assert!(lane.waiting(), "queued there");
+        lane.turn().publish(0, 0);
+        assert!(!lane.waiting());
     }
 
     #[test]

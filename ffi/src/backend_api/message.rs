@@ -242,7 +242,18 @@ export_value! {
 
 export! {
     /// A backend's log line, into Tritium's log at the same level, with its source location.
+    /// A line whose level is off is not read at all, as Triton's `LOG_VERBOSE_FL` streams
+    /// nothing then (the Python backend logs verbose lines on every execution).
     fn TRITONSERVER_LogMessage(level: LogLevel, filename: *const c_char, line: c_int, msg: *const c_char) {
+        let on = match level {
+            LOG_ERROR => tracing::enabled!(target: "triton_backend", tracing::Level::ERROR),
+            LOG_WARN => tracing::enabled!(target: "triton_backend", tracing::Level::WARN),
+            LOG_INFO => tracing::enabled!(target: "triton_backend", tracing::Level::INFO),
+            _ => tracing::enabled!(target: "triton_backend", tracing::Level::DEBUG),
+        };
+        if !on {
+            return Ok(());
+        }
         // SAFETY: both are C strings or null (the header's contract).
         let (file, msg) = unsafe { (text(filename, "filename").unwrap_or("?"), text(msg, "msg")?) };
         match level {
@@ -292,6 +303,39 @@ mod tests {
             assert_eq!(std::slice::from_raw_parts(base.cast::<u8>(), size), json);
             assert!(TRITONSERVER_MessageDelete(m).is_null());
         }
+    }
+
+    /// A subscriber that takes events up to a level and drops them.
+    struct UpTo(tracing::Level);
+
+    impl tracing::Subscriber for UpTo {
+        fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+            *m.level() <= self.0
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {}
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn a_log_line_whose_level_is_off_is_not_read() {
+        tracing::subscriber::with_default(UpTo(tracing::Level::INFO), || {
+            // SAFETY: null messages on purpose; an error returned is deleted once.
+            unsafe {
+                // Verbose is off: the (null) message is never looked at.
+                assert!(TRITONSERVER_LogMessage(LOG_VERBOSE, c"f.cc".as_ptr(), 1, std::ptr::null()).is_null());
+                // Info is on: it is read, and a null one refused.
+                let e = TRITONSERVER_LogMessage(LOG_INFO, c"f.cc".as_ptr(), 1, std::ptr::null());
+                assert!(!e.is_null());
+                crate::backend_api::error::TRITONSERVER_ErrorDelete(e);
+                assert!(TRITONSERVER_LogMessage(LOG_INFO, c"f.cc".as_ptr(), 1, c"hello".as_ptr()).is_null());
+            }
+        });
     }
 
     #[test]
