@@ -226,17 +226,22 @@ export_value! {
     }
 }
 
+/// Whether Tritium's log filter writes a backend's line at `level`; verbose lines (and any
+/// other level) are its debug level, as `LogMessage` writes them.
+fn log_on(level: LogLevel) -> bool {
+    match level {
+        LOG_ERROR => tracing::enabled!(target: "triton_backend", tracing::Level::ERROR),
+        LOG_WARN => tracing::enabled!(target: "triton_backend", tracing::Level::WARN),
+        LOG_INFO => tracing::enabled!(target: "triton_backend", tracing::Level::INFO),
+        _ => tracing::enabled!(target: "triton_backend", tracing::Level::DEBUG),
+    }
+}
+
 export_value! {
-    /// Whether a backend's log line at `level` would be written: Tritium's log filter decides,
-    /// verbose lines being its debug level (as `LogMessage` writes them).
+    /// Whether a backend's log line at `level` would be written; false for an unknown level,
+    /// as in Triton.
     fn TRITONSERVER_LogIsEnabled(level: LogLevel) -> bool = false; {
-        match level {
-            LOG_ERROR => tracing::enabled!(target: "triton_backend", tracing::Level::ERROR),
-            LOG_WARN => tracing::enabled!(target: "triton_backend", tracing::Level::WARN),
-            LOG_INFO => tracing::enabled!(target: "triton_backend", tracing::Level::INFO),
-            LOG_VERBOSE => tracing::enabled!(target: "triton_backend", tracing::Level::DEBUG),
-            _ => false,
-        }
+        level <= LOG_VERBOSE && log_on(level)
     }
 }
 
@@ -245,13 +250,7 @@ export! {
     /// A line whose level is off is not read at all, as Triton's `LOG_VERBOSE_FL` streams
     /// nothing then (the Python backend logs verbose lines on every execution).
     fn TRITONSERVER_LogMessage(level: LogLevel, filename: *const c_char, line: c_int, msg: *const c_char) {
-        let on = match level {
-            LOG_ERROR => tracing::enabled!(target: "triton_backend", tracing::Level::ERROR),
-            LOG_WARN => tracing::enabled!(target: "triton_backend", tracing::Level::WARN),
-            LOG_INFO => tracing::enabled!(target: "triton_backend", tracing::Level::INFO),
-            _ => tracing::enabled!(target: "triton_backend", tracing::Level::DEBUG),
-        };
-        if !on {
+        if !log_on(level) {
             return Ok(());
         }
         // SAFETY: both are C strings or null (the header's contract).
