@@ -166,8 +166,19 @@ impl Server {
 
     /// Resolves the request's model and version, validates and queues it.
     pub fn submit(&self, request: InferRequest, reply: Reply) -> Result<Arc<LoadedModel>> {
+        self.submit_with(request, |_| reply)
+    }
+
+    /// As `submit`, with the reply made for the model the request resolved to (a oneshot for a
+    /// model that answers once, a stream for a decoupled one).
+    pub fn submit_with(
+        &self,
+        request: InferRequest,
+        reply: impl FnOnce(&LoadedModel) -> Reply,
+    ) -> Result<Arc<LoadedModel>> {
         self.admit(&request)?;
         let model = self.model(&request.model, request.version)?;
+        let reply = reply(&model);
         model.handle.submit(request, reply)?;
         Ok(model)
     }
