@@ -7,6 +7,7 @@
 mod deadline;
 pub mod decode;
 mod error;
+mod front_door;
 mod guard;
 mod health;
 mod lanes;
