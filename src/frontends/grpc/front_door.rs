@@ -41,7 +41,6 @@ use super::guard::{unavailable_as_503, MessageLimit};
 use super::GrpcService;
 use crate::frontends::restricted::{Category, Restrictions};
 use crate::proto::inference as pb;
-use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService as _;
 
 /// The one path served here.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
@@ -151,7 +150,7 @@ where
         Err(e) => return Ok(Status::internal(e.to_string()).into_http()),
     };
     let call = tonic::Request::from_http(Request::from_parts(parts, message));
-    let mut response = match door.service.model_infer(call).await {
+    let mut response = match door.service.infer(call).await {
         Ok(answer) => answer_with(answer, door.max_message_bytes),
         Err(status) => status.into_http(),
     };
@@ -191,10 +190,11 @@ async fn read_one(mut body: MessageLimit<Body>) -> Result<Bytes, Replay> {
         if read > PREFIX + len {
             return Err(Replay::new(chunks, None, Some(body)));
         }
-        if !body.is_end_stream() {
+        while !body.is_end_stream() {
             match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-                None => {}
-                Some(Ok(frame)) if frame.data_ref().is_some_and(|d| d.is_empty()) && body.is_end_stream() => {}
+                None => break,
+                // An empty frame (END_STREAM sent on its own) adds nothing.
+                Some(Ok(frame)) if frame.data_ref().is_some_and(|d| d.is_empty()) => {}
                 Some(Ok(frame)) => return Err(Replay::new(chunks, Some(Ok(frame)), Some(body))),
                 Some(Err(status)) => return Err(Replay::new(chunks, Some(Err(status)), None)),
             }
@@ -375,9 +375,12 @@ mod tests {
     #[test]
     fn a_call_the_restrictions_refuse_goes_to_tonic_and_one_they_allow_does_not() {
         let restricted = Restrictions::grpc(&["inference:infer-key=secret".to_string()]).unwrap();
+        // The header's name with Triton's prefix for gRPC.
+        let key = restricted.get(Category::Inference).unwrap().key.clone();
+        assert!(key.ends_with("infer-key"), "{key}");
         assert!(!plain_infer(&call(MODEL_INFER, &[GRPC]), &restricted), "refused: Guarded answers it");
-        assert!(!plain_infer(&call(MODEL_INFER, &[GRPC, ("infer-key", "wrong")]), &restricted));
-        assert!(plain_infer(&call(MODEL_INFER, &[GRPC, ("infer-key", "secret")]), &restricted));
+        assert!(!plain_infer(&call(MODEL_INFER, &[GRPC, (&key, "wrong")]), &restricted));
+        assert!(plain_infer(&call(MODEL_INFER, &[GRPC, (&key, "secret")]), &restricted));
         let other = Restrictions::grpc(&["health:k=v".to_string()]).unwrap();
         assert!(plain_infer(&call(MODEL_INFER, &[GRPC]), &other));
     }
