@@ -441,8 +441,7 @@ mod tests {
             assert_eq!(&got[..], b"hello, model", "split {split}");
         }
         // An empty last frame (END_STREAM sent on its own) is still a plain call.
-        let mut frames: Vec<_> = vec![data(&wire)];
-        frames.push(data(b""));
+        let frames = vec![data(&wire), data(b"")];
         assert_eq!(&read_one(body(frames)).await.ok().unwrap()[..], b"hello, model");
         let empty = read_one(body(vec![data(&message(0, b""))])).await.ok().unwrap();
         assert!(empty.is_empty(), "an empty message is a message");
