@@ -398,7 +398,10 @@ mod tests {
         }
     }
 
-    fn body(frames: Vec<Result<Frame<Bytes>, Status>>) -> MessageLimit<Body> {
+    /// A frame as a body yields it.
+    type Sent = Result<Frame<Bytes>, Status>;
+
+    fn body(frames: Vec<Sent>) -> MessageLimit<Body> {
         let (tx, rx) = mpsc::unbounded_channel();
         for f in frames {
             tx.send(f).unwrap();
@@ -452,7 +455,7 @@ mod tests {
         let one = message(0, b"first");
         let two = [one.clone(), message(0, b"second")].concat();
         let compressed = message(1, b"zipped");
-        let cases: Vec<(&str, Vec<Result<Frame<Bytes>, Status>>, Vec<u8>)> = vec![
+        let cases: Vec<(&str, Vec<Sent>, Vec<u8>)> = vec![
             ("two messages in one frame", vec![data(&two)], two.clone()),
             ("two messages in two frames", vec![data(&one), data(&message(0, b"second"))], two.clone()),
             ("the compressed flag", vec![data(&compressed)], compressed.clone()),
