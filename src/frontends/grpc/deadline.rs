@@ -104,6 +104,22 @@ impl AsyncWrite for Deadlined {
         Pin::new(&mut self.stream).poll_write(cx, data)
     }
 
+    /// h2 writes a frame's head and its payload as two slices: one `writev`, not two writes.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if let Err(e) = self.check(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.stream).poll_write_vectored(cx, data)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let Err(e) = self.check(cx) {
             return Poll::Ready(Err(e));

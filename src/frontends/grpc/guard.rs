@@ -98,7 +98,7 @@ where
 /// `grpc-status`, which gRPC clients prefer: a proxy that reads only the HTTP status (Envoy's
 /// `retriable_status_codes`, say) can then retry it on another replica. nginx cannot: it never
 /// buffers a gRPC request body, so it retries no gRPC call it has sent.
-fn unavailable_as_503(response: &mut Response<Body>) {
+pub(super) fn unavailable_as_503(response: &mut Response<Body>) {
     const UNAVAILABLE: &[u8] = b"14";
     const _: () = assert!(Code::Unavailable as i32 == 14);
     if response.headers().get("grpc-status").is_some_and(|v| v.as_bytes() == UNAVAILABLE) {
@@ -179,6 +179,11 @@ impl<B> MessageLimit<B> {
             self.deadline = Some(Deadline::At(Instant::now() + t));
         }
         self
+    }
+
+    /// The body it wraps, as it stands.
+    pub fn into_inner(self) -> B {
+        self.inner
     }
 
     /// Arms the deadline when a message has begun and clears it when it has ended.

@@ -7,6 +7,7 @@
 mod deadline;
 pub mod decode;
 mod error;
+mod front_door;
 mod guard;
 mod health;
 mod lanes;
@@ -74,15 +75,13 @@ pub struct GrpcService {
 }
 
 /// The metadata entries a request carries, as (key, value) for header forwarding (binary
-/// `-bin` entries are not forwarded: Triton's parameters are strings).
-fn metadata_pairs(metadata: &tonic::metadata::MetadataMap) -> Vec<(&str, &[u8])> {
-    metadata
-        .iter()
-        .filter_map(|kv| match kv {
-            tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((k.as_str(), v.as_bytes())),
-            tonic::metadata::KeyAndValueRef::Binary(..) => None,
-        })
-        .collect()
+/// `-bin` entries are not forwarded: Triton's parameters are strings). Lazy: without
+/// `--grpc-header-forward-pattern` nothing is read.
+fn metadata_pairs(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item = (&str, &[u8])> {
+    metadata.iter().filter_map(|kv| match kv {
+        tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((k.as_str(), v.as_bytes())),
+        tonic::metadata::KeyAndValueRef::Binary(..) => None,
+    })
 }
 
 fn tensor_metadata(t: &crate::server::TensorMetadata) -> pb::model_metadata_response::TensorMetadata {
@@ -148,6 +147,88 @@ fn model_statistics(m: &ModelStatistics) -> pb::ModelStatistics {
     }
 }
 
+impl GrpcService {
+    /// `ModelInfer`: tonic's generated service and the front door (`front_door.rs`) both call
+    /// this; the door without the trait's boxed future.
+    pub(crate) async fn infer(
+        &self,
+        request: Request<pb::ModelInferRequest>,
+    ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        let read = std::time::Instant::now();
+        let mut forwarded = tritium_actors::Parameters::new();
+        crate::frontends::forward::forward_headers(
+            self.header_forward.as_ref(),
+            metadata_pairs(request.metadata()),
+            &mut forwarded,
+        )
+        .or_status()?;
+        let affinity: Vec<Vec<u8>> =
+            (request.metadata().get_all(crate::frontends::affinity::SEQUENCE_ID_HEADER).iter())
+                .map(|v| v.as_bytes().to_vec())
+                .collect();
+        let parent = RemoteParent::from_grpc(request.metadata());
+        let client_deadline = timeout::client_deadline(request.metadata(), read);
+        let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
+        request.client_deadline = client_deadline;
+        let header = crate::frontends::affinity::SEQUENCE_ID_HEADER;
+        crate::frontends::affinity::check_sequence_header(&request, affinity.iter().map(|v| (header, v.as_slice())))
+            .or_status()?;
+        request.parameters.extend(forwarded);
+        let model = self.server.model(&request.model, request.version).or_status()?;
+        if model.handle.policy.decoupled {
+            return Err(status(Error::unsupported(format!(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy (model '{}'); use ModelStreamInfer",
+                request.model
+            ))));
+        }
+        let trace = crate::observe::trace::manager().sample(&request.model, parent);
+        if let Some(t) = &trace {
+            // tonic has read the message before this handler runs: both points fall at its start.
+            t.record_at("GRPC_WAITREAD_START", read);
+            t.record_at("GRPC_WAITREAD_END", read);
+        }
+        let span = request_span(&request);
+        let work = async move {
+            tracing::debug!("gRPC infer request received");
+            let request_id = request.id.clone();
+            if let Some(t) = &trace {
+                t.attach(&mut request);
+                t.record("REQUEST_START");
+            }
+            let requested = crate::frontends::classification::classified(&request.outputs);
+            // Dropping this future (the client cancelled) closes the reply; the engine then drops
+            // the request if it is still queued.
+            let routed = !affinity.is_empty();
+            let answer = self.server.infer_on(model, request).await;
+            let answer = answer.map_err(|e| crate::frontends::affinity::routed_error(e, routed));
+            let answer = answer.or_status().and_then(|(model, response)| {
+                if let Some(t) = &trace {
+                    t.record("REQUEST_END");
+                    t.response_complete();
+                    t.record("GRPC_SEND_START");
+                }
+                Ok((encode(response, &requested, &shm_outputs, &model, None).or_status()?, model))
+            });
+            match &answer {
+                Ok(_) => tracing::debug!("gRPC infer request answered"),
+                Err(e) => tracing::debug!("gRPC infer request failed: {}", e.message()),
+            }
+            let (response, model) = answer?;
+            if let Some(t) = trace {
+                t.record("GRPC_SEND_END");
+                t.finish(model.version(), &request_id);
+            }
+            Ok(Response::new(response))
+        };
+        // A disabled span (below verbose level 1) is not worth the `Instrumented` around it.
+        if span.is_disabled() {
+            work.await
+        } else {
+            work.instrument(span).await
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for GrpcService {
     async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> Result<Response<pb::ServerLiveResponse>, Status> {
@@ -201,74 +282,7 @@ impl GrpcInferenceService for GrpcService {
         &self,
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
-        let read = std::time::Instant::now();
-        let mut forwarded = tritium_actors::Parameters::new();
-        crate::frontends::forward::forward_headers(
-            self.header_forward.as_ref(),
-            metadata_pairs(request.metadata()),
-            &mut forwarded,
-        )
-        .or_status()?;
-        let affinity: Vec<Vec<u8>> =
-            (request.metadata().get_all(crate::frontends::affinity::SEQUENCE_ID_HEADER).iter())
-                .map(|v| v.as_bytes().to_vec())
-                .collect();
-        let parent = RemoteParent::from_grpc(request.metadata());
-        let client_deadline = timeout::client_deadline(request.metadata(), read);
-        let Decoded { mut request, shm_outputs } = decode(request.into_inner()).or_status()?;
-        request.client_deadline = client_deadline;
-        let header = crate::frontends::affinity::SEQUENCE_ID_HEADER;
-        crate::frontends::affinity::check_sequence_header(&request, affinity.iter().map(|v| (header, v.as_slice())))
-            .or_status()?;
-        request.parameters.extend(forwarded);
-        let model = self.server.model(&request.model, request.version).or_status()?;
-        if model.handle.policy.decoupled {
-            return Err(status(Error::unsupported(format!(
-                "ModelInfer RPC doesn't support models with decoupled transaction policy (model '{}'); use ModelStreamInfer",
-                request.model
-            ))));
-        }
-        let trace = crate::observe::trace::manager().sample(&request.model, parent);
-        if let Some(t) = &trace {
-            // tonic has read the message before this handler runs: both points fall at its start.
-            t.record_at("GRPC_WAITREAD_START", read);
-            t.record_at("GRPC_WAITREAD_END", read);
-        }
-        let span = request_span(&request);
-        async move {
-            tracing::debug!("gRPC infer request received");
-            let request_id = request.id.clone();
-            if let Some(t) = &trace {
-                t.attach(&mut request);
-                t.record("REQUEST_START");
-            }
-            let requested = crate::frontends::classification::classified(&request.outputs);
-            // Dropping this future (the client cancelled) closes the reply; the engine then drops
-            // the request if it is still queued.
-            let routed = !affinity.is_empty();
-            let answer = self.server.infer_on(model, request).await;
-            let answer = answer.map_err(|e| crate::frontends::affinity::routed_error(e, routed));
-            let answer = answer.or_status().and_then(|(model, response)| {
-                if let Some(t) = &trace {
-                    t.record("REQUEST_END");
-                    t.response_complete();
-                    t.record("GRPC_SEND_START");
-                }
-                Ok((encode(response, &requested, &shm_outputs, &model, None).or_status()?, model))
-            });
-            match &answer {
-                Ok(_) => tracing::debug!("gRPC infer request answered"),
-                Err(e) => tracing::debug!("gRPC infer request failed: {}", e.message()),
-            }
-            let (response, model) = answer?;
-            if let Some(t) = trace {
-                t.record("GRPC_SEND_END");
-                t.finish(model.version(), &request_id);
-            }
-            Ok(Response::new(response))
-        }
-        .instrument(span)
-        .await
+        self.infer(request).await
     }
 
     type ModelStreamInferStream = stream::ResponseStream;

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tonic::codec::CompressionEncoding;
 
 use super::deadline::Deadlined;
+use super::front_door::{Door, FrontDoorLayer};
 use super::guard::Guarded;
 use super::{health, GrpcOptions, GrpcService};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
@@ -78,8 +79,14 @@ fn serving_thread(
                 }
                 Some((stream.map(|s| Deadlined::new(s, cutoff, place)), rx))
             });
-            let grpc = GrpcService { server: server.clone(), header_forward: opts.header_forward.clone() };
-            let mut service = GrpcInferenceServiceServer::new(grpc)
+            let grpc = Arc::new(GrpcService { server: server.clone(), header_forward: opts.header_forward.clone() });
+            let (restrictions, limit, timeout) =
+                (opts.restrictions.clone(), opts.max_message_bytes, opts.message_read_timeout);
+            // Unary ModelInfer calls are served in front of tonic's router (`front_door.rs`),
+            // but not when answers are compressed: that is tonic's to do.
+            let door =
+                (!opts.compress_responses).then(|| Door::new(grpc.clone(), restrictions.clone(), limit, timeout));
+            let mut service = GrpcInferenceServiceServer::from_arc(grpc)
                 .max_decoding_message_size(opts.max_message_bytes)
                 .max_encoding_message_size(opts.max_message_bytes)
                 .accept_compressed(CompressionEncoding::Gzip);
@@ -104,9 +111,8 @@ fn serving_thread(
             if let Some(age) = opts.max_connection_age {
                 builder = builder.max_connection_age(age);
             }
-            let (restrictions, limit, timeout) =
-                (opts.restrictions.clone(), opts.max_message_bytes, opts.message_read_timeout);
             let result = builder
+                .layer(FrontDoorLayer::new(door))
                 .add_service(Guarded::new(service, restrictions.clone(), limit, timeout))
                 .add_service(Guarded::new(health::service(server), restrictions, limit, timeout))
                 .serve_with_incoming_shutdown(incoming, stopped(stop))
