@@ -194,7 +194,7 @@ def test_poll_picks_up_a_new_version_under_load_and_a_deleted_model(moto, s3_ser
                 np.testing.assert_array_equal(got, want)
                 done[0] += 1
             except Exception as e:  # noqa: BLE001 - every failure counts
-                failed.append(repr(e))
+                failed.append(f"{type(e).__name__}: {e}")  # repr hides tritonclient's message
         client.close()
 
     sender = threading.Thread(target=load)
