@@ -20,6 +20,7 @@ use tritium_ffi::backend_api::{
 };
 
 use super::http;
+use crate::backends::triton::convert::host_param;
 use crate::server::Server;
 
 /// Makes `server` the one backends' in-process requests reach.
@@ -242,22 +243,10 @@ fn event(answer: tritium_actors::Result<InferResponse>, decoupled: bool) -> (InP
             if decoupled && is_final && r.outputs.is_empty() {
                 return (InProcessEvent::Final, true);
             }
-            let parameters = r.parameters.into_iter().map(|(k, v)| (k, host_param(v))).collect();
+            let parameters = r.parameters.iter().map(|(k, v)| (k.clone(), host_param(v))).collect();
             let outputs = r.outputs.into_iter().map(host_tensor).collect();
             (InProcessEvent::Response { outputs, is_final, version: r.version, parameters }, is_final)
         }
-    }
-}
-
-/// A response parameter as the backend API types it (an unsigned one as INT, as Triton's
-/// parameters have no unsigned type).
-fn host_param(v: ParamValue) -> HostParam {
-    match v {
-        ParamValue::Bool(b) => HostParam::Bool(b),
-        ParamValue::Int(i) => HostParam::Int(i),
-        ParamValue::UInt(u) => HostParam::Int(i64::try_from(u).unwrap_or(i64::MAX)),
-        ParamValue::Double(d) => HostParam::Double(d),
-        ParamValue::Str(s) => HostParam::Str(s),
     }
 }
 

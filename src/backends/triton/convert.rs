@@ -50,20 +50,7 @@ fn from_request(mut r: HostRequest, request: Option<&InferRequest>) -> HostReque
         // A traced request's trace goes to the backend (opaque to it), and comes back on the
         // requests it makes with it (BLS), whose traces become its children.
         r.trace = req.trace.clone().map(|t| HostTrace { context: t.context(), trace: t });
-        r.parameters = req
-            .parameters
-            .iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    ParamValue::Bool(b) => HostParam::Bool(*b),
-                    ParamValue::Int(i) => HostParam::Int(*i),
-                    ParamValue::UInt(u) => HostParam::Int(*u as i64),
-                    ParamValue::Double(d) => HostParam::Double(*d),
-                    ParamValue::Str(s) => HostParam::Str(s.clone()),
-                };
-                (k.clone(), v)
-            })
-            .collect();
+        r.parameters = req.parameters.iter().map(|(k, v)| (k.clone(), host_param(v))).collect();
         if let Some(seq) = &req.sequence {
             match &seq.id {
                 CorrelationId::U64(n) => r.correlation_id = *n,
@@ -175,6 +162,18 @@ pub fn response_report(r: ResponseReport) -> tritium_actors::ResponseReport {
         start_ns: r.response_start_ns,
         compute_output_start_ns: r.compute_output_start_ns,
         end_ns: r.response_end_ns,
+    }
+}
+
+/// A parameter as the backend API types it (an unsigned one as INT: Triton's parameters have
+/// no unsigned type).
+pub fn host_param(v: &ParamValue) -> HostParam {
+    match v {
+        ParamValue::Bool(b) => HostParam::Bool(*b),
+        ParamValue::Int(i) => HostParam::Int(*i),
+        ParamValue::UInt(u) => HostParam::Int(*u as i64),
+        ParamValue::Double(d) => HostParam::Double(*d),
+        ParamValue::Str(s) => HostParam::Str(s.clone()),
     }
 }
 

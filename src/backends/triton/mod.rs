@@ -6,7 +6,7 @@
 //! process there), and each batch goes through `ModelInstanceExecute`; the engine keeps the
 //! queues, batching and sequences.
 
-mod convert;
+pub mod convert;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::RecvTimeoutError;
