@@ -209,11 +209,16 @@ def measure(args, out_dir, rep, srv, other, model, protocol, conc, runs, failure
     try:
         srv.alive()
         (cpu0, stub0), other0 = tree_cpu_split(srv.proc.pid), tree_cpu_split(other.proc.pid)[0]
-        pa0, t0 = common.children_cpu_s(), time.monotonic()
+        pa0, t0, steal0 = common.children_cpu_s(), time.monotonic(), steal_s()
+        export = os.path.join(out_dir, label + ".requests.json") if args.requests else None
         r = common.run_pa(args.perf_analyzer, model, srv.url(protocol), protocol, conc,
                           os.path.join(out_dir, label + ".csv"), os.path.join(out_dir, label + ".log"),
-                          interval_ms=args.interval_ms, stability=args.stability, server=srv)
+                          interval_ms=args.interval_ms, stability=args.stability, server=srv,
+                          extra=("--profile-export-file", export) if export else ())
         wall = time.monotonic() - t0
+        r["steal_cores"] = (steal_s() - steal0) / wall
+        if export:
+            r["slow_requests"] = slow_requests(export)
         cpu1, stub1 = tree_cpu_split(srv.proc.pid)
         r.update(server_cores=(cpu1 - cpu0) / wall, stub_cores=(stub1 - stub0) / wall,
                  client_cores=(common.children_cpu_s() - pa0) / wall,
@@ -225,8 +230,35 @@ def measure(args, out_dir, rep, srv, other, model, protocol, conc, runs, failure
     r.update(repeat=rep, server=srv.name, model=model, protocol=protocol)
     runs.append(r)
     print(f"{label:>40}: {r['infer_per_s']:8.1f} infer/s  p50 {r['p50_us']:>6} µs  p99 {r['p99_us']:>6} µs  "
-          f"cores server {r['server_cores']:.2f} (stubs {r['stub_cores']:.2f}) client {r['client_cores']:.2f}",
-          flush=True)
+          f"cores server {r['server_cores']:.2f} (stubs {r['stub_cores']:.2f}) client {r['client_cores']:.2f} "
+          f"steal {r['steal_cores']:.3f}", flush=True)
+    if "slow_requests" in r:
+        s = r["slow_requests"]
+        print(f"{'':>40}  {s['count']} requests, {len(s['slow'])} over {s['threshold_us']} µs: "
+              + ", ".join(f"{ms:.1f} ms at {at:.3f} s" for at, ms in s["slow"][:12]), flush=True)
+
+
+def steal_s():
+    """The machine's CPU steal time so far (s): time a virtual CPU was runnable and the host ran
+    something else."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def slow_requests(path, floor_us=2000):
+    """From perf_analyzer's --profile-export-file: how many requests, and each one slower than
+    max(floor_us, 4 × the median) as (seconds since the first request, ms), oldest first."""
+    with open(path) as f:
+        data = json.load(f)
+    reqs = [q for e in data.get("experiments", []) for q in e.get("requests", []) if q.get("response_timestamps")]
+    if not reqs:
+        return {"count": 0, "threshold_us": floor_us, "slow": []}
+    t0 = min(q["timestamp"] for q in reqs)
+    lat = sorted((q["response_timestamps"][-1] - q["timestamp"]) / 1e3 for q in reqs)
+    threshold = max(floor_us, 4 * lat[len(lat) // 2])
+    slow = sorted(((q["timestamp"] - t0) / 1e9, (q["response_timestamps"][-1] - q["timestamp"]) / 1e6)
+                  for q in reqs if (q["response_timestamps"][-1] - q["timestamp"]) / 1e3 > threshold)
+    return {"count": len(reqs), "threshold_us": round(threshold), "slow": slow}
 
 
 def warm_up(args, out_dir, srv, models):
@@ -251,6 +283,9 @@ def main():
     ap.add_argument("--baseline", metavar="TRITIUM",
                     help="a second Tritium build (e.g. main's) up in the same run, measured at every point "
                          "beside the other two: adds the table --server ÷ --baseline")
+    ap.add_argument("--requests", action="store_true",
+                    help="keep perf_analyzer's per-request timestamps (<run>.requests.json) and list the slow "
+                         "requests of each run (over 2 ms and over 4× the median) with their time in the run")
     ap.add_argument("--models", default=",".join(BOTH + TRITIUM_ONLY),
                     help="comma-separated subset of " + ",".join(BOTH + TRITIUM_ONLY))
     args = ap.parse_args()
