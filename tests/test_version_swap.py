@@ -115,7 +115,7 @@ def test_poll_mode_swaps_versions_under_load_without_a_failed_request(tmp_path, 
 def test_explicit_loads_swap_and_reload_under_load_without_a_failed_request(tmp_path, start_server):
     repo = make_repo(tmp_path / "models")
     srv = start_server(repo, args=["--model-control-mode=explicit", f"--load-model={MODEL}"])
-    swaps, version, deadline = 0, 1, time.monotonic() + 10
+    swaps, version, deadline = 0, 1, time.monotonic() + 6
     with Load(srv) as load:
         while time.monotonic() < deadline:
             # A reload of the same version with a changed config, then a new version.
