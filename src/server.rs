@@ -12,6 +12,7 @@ use crate::drain::Drain;
 use crate::observe::logging::LogView;
 use crate::observe::trace::{TraceValue, TraceView};
 use crate::observe::SettingValue;
+use crate::repository::retire::{self, Pass};
 use crate::repository::RepositoryManager;
 pub use crate::repository::{IndexEntry, LoadedModel};
 
@@ -177,10 +178,16 @@ impl Server {
         reply: impl FnOnce(&LoadedModel) -> Reply,
     ) -> Result<Arc<LoadedModel>> {
         self.admit(&request)?;
-        let model = self.model(&request.model, request.version)?;
+        let model = self.enter(self.model(&request.model, request.version)?, &request)?;
         let reply = reply(&model);
         model.handle.submit(request, reply)?;
-        Ok(model)
+        Ok(model.model().clone())
+    }
+
+    /// A pass to submit `request` to `model`, the version its look-up found; if that version was
+    /// replaced since, to the one that replaced it (see `repository::retire`).
+    fn enter(&self, model: Arc<LoadedModel>, request: &InferRequest) -> Result<Pass> {
+        retire::enter(model, || self.model(&request.model, request.version))
     }
 
     /// A request is refused while the server shuts down or drains.
@@ -192,8 +199,9 @@ impl Server {
     }
 
     /// Runs a request whose answer the caller awaits at once on `model`, the version
-    /// `Server::model` gave the frontend for it (one look-up of the router per request, not two):
-    /// validated and queued, or, a lone request, run on this thread (`ModelHandle::submit_here`).
+    /// `Server::model` gave the frontend for it (one look-up of the router per request, two only
+    /// when that version was replaced meanwhile): validated and queued, or, a lone request, run
+    /// on this thread (`ModelHandle::submit_here`).
     pub async fn infer_on(
         &self,
         model: Arc<LoadedModel>,
@@ -201,7 +209,12 @@ impl Server {
     ) -> Result<(Arc<LoadedModel>, InferResponse)> {
         self.admit(&request)?;
         let (reply, rx) = Reply::once();
-        model.handle.submit_here(request, reply)?;
+        let model = {
+            // Held while the request is queued (or run here), not while its answer is awaited.
+            let entered = self.enter(model, &request)?;
+            entered.handle.submit_here(request, reply)?;
+            entered.model().clone()
+        };
         let response =
             rx.await.map_err(|_| Error::internal(format!("model '{}' dropped the request", model.name())))??;
         Ok((model, response))

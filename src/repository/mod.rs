@@ -1,7 +1,8 @@
 //! The model repository manager: which models exist on disk, their states (READY,
 //! UNAVAILABLE, LOADING, UNLOADING) and reasons, loading and unloading them under the control
 //! modes none, explicit and poll, and keeping the router's view in step. A reload builds the
-//! new version beside the old one, which serves until the new one is ready, then drains.
+//! new version beside the old one, which serves until the new one is ready, then is retired
+//! (`retire`: the submits under way finish, later ones go to the new version) and drains.
 //!
 //! A model is a `ModelKey`: its name in a namespace. Without `--model-namespacing` there is one
 //! (empty) namespace and a name found in two repositories is refused; with it each repository
@@ -15,6 +16,7 @@ mod options;
 pub mod overrides;
 pub mod registered;
 pub mod remote;
+pub mod retire;
 pub mod router;
 pub mod scan;
 
@@ -429,6 +431,7 @@ impl RepositoryManager {
                         composing: composing.clone(),
                         steps: prepared.steps.get(&version).cloned(),
                         files: files.clone(),
+                        gate: retire::Gate::default(),
                     }),
                 )),
                 Err(e) => {
@@ -457,8 +460,9 @@ impl RepositoryManager {
             }
         });
         tracing::info!("successfully loaded '{key}' version(s) {new_versions:?}");
-        // The replaced handles finish what they hold, then stop.
+        // The replaced handles take no more submits, finish what they hold, then stop.
         for (_, m) in old {
+            m.gate.retire().await;
             m.handle.unload().await;
         }
         Ok(())
@@ -489,6 +493,7 @@ impl RepositoryManager {
             }
         });
         for m in old.values() {
+            m.gate.retire().await;
             m.handle.unload().await;
         }
         self.set_record(key, |r| {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tritium_actors::ensemble::StepFigures;
 use tritium_actors::ModelHandle;
 
+use super::retire::Gate;
 use crate::config::ModelConfig;
 
 /// Which model: its name within a namespace. With `--model-namespacing=true` each repository is
@@ -63,6 +64,8 @@ pub struct LoadedModel {
     /// a version loaded from it is held, removed after (only its `Drop` is used).
     #[allow(dead_code)]
     pub files: Option<Arc<tempfile::TempDir>>,
+    /// Shut once the version is replaced or unloaded (see `retire`).
+    pub(super) gate: Gate,
 }
 
 impl LoadedModel {

@@ -158,7 +158,9 @@ pub struct NamespaceRoute {
 impl Route for NamespaceRoute {
     fn submit(&self, model: &str, version: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
         let key = self.router.resolve_in(&self.namespace, model)?;
-        self.router.get_in(&key, version)?.handle.submit(request, reply)
+        let lookup = || self.router.get_in(&key, version);
+        let step = super::retire::enter(lookup()?, lookup)?;
+        step.handle.submit(request, reply)
     }
 }
 
