@@ -7,18 +7,20 @@
 //! Only what the scheduler would have done at once: the batcher's rules decide as before
 //! (`max_queue_size` and the engine's bound refuse with the scheduler's text, on the
 //! submitting thread), and the scheduler keeps every case it times or orders otherwise: a
-//! batching delay, a queue timeout (the model's, or a request's own), priority levels,
-//! sequences, decoupled models, a draining model, a model with no live instance (it fails the
-//! request), and any request behind one still on its way to the scheduler (so requests keep
-//! their order of arrival). An instance is never left free with requests in the batcher: it
-//! frees itself only under the lane's lock after finding the batcher empty, and the lane
-//! queues only when no instance is free.
+//! queue timeout (the model's, or a request's own), priority levels, sequences, decoupled
+//! models, a draining model, a model with no live instance (it fails the request), any request
+//! that finds an instance free while others wait, and any request behind one still on its way
+//! to the scheduler (so requests keep their order of arrival). A batching delay needs no timer
+//! here: with every instance busy the scheduler arms none either (only a free instance waits
+//! for a batch to fill); the instance that finishes and finds the batch not ready frees itself
+//! and tells the scheduler, which times the delay from there. An instance is never left free
+//! with requests in the batcher unseen: it frees itself only under the lane's lock, after the
+//! batcher gave it nothing, and then tells the scheduler if requests wait; the lane queues only
+//! when no instance is free.
 //!
 //! The scheduler's sweep for requests whose client went away runs on its timer while requests
 //! wait: the lane asks it for a turn when none is due, which arms that timer (one turn per
 //! sweep period under steady load, not one per request).
-
-use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -28,15 +30,14 @@ use crate::policy::{ModelPolicy, QueuePolicy, SchedulerPolicy};
 use crate::protocol::Pending;
 use crate::queue::Queue;
 
-/// Whether requests of `policy` may wait in its batcher without the scheduler: nothing queued
-/// there would need the scheduler's timers or its priority levels.
-pub(super) fn untimed(policy: &ModelPolicy) -> bool {
+/// Whether requests of `policy` may wait in its batcher behind busy instances without the
+/// scheduler: none queued there would need its timers (a queue timeout) or its priority levels.
+pub(super) fn unaided(policy: &ModelPolicy) -> bool {
     let untimed = |q: &QueuePolicy| q.default_timeout.is_none() && !q.allow_timeout_override;
     match &policy.scheduler {
         SchedulerPolicy::Direct => true,
         SchedulerPolicy::Dynamic(d) => {
-            d.max_queue_delay == Duration::ZERO
-                && d.priority_levels <= 1
+            d.priority_levels <= 1
                 && untimed(&d.default_queue_policy)
                 && d.priority_queue_policy.iter().all(|(_, q)| untimed(q))
         }
@@ -217,7 +218,6 @@ mod tests {
     #[test]
     fn what_needs_the_schedulers_timers_or_priorities_still_goes_through_it() {
         let timed = [
-            dynamic(|d| d.max_queue_delay = Duration::from_micros(100)),
             dynamic(|d| d.default_queue_policy.default_timeout = Some(Duration::from_secs(1))),
             dynamic(|d| d.default_queue_policy.allow_timeout_override = true),
             dynamic(|d| {
@@ -232,6 +232,22 @@ mod tests {
         }
         let Setup { lane, _inboxes: _held, .. } = busy(&policy(dynamic(|_| {}), 1));
         assert!(matches!(lane.route(pending("a"), false), Route::Queued));
+    }
+
+    #[test]
+    fn behind_busy_instances_a_batching_delay_is_left_to_the_instance_that_finishes() {
+        let mut p = policy(dynamic(|d| d.max_queue_delay = Duration::from_secs(60)), 1);
+        p.max_batch_size = 8;
+        let Setup { lane, _inboxes: _held, .. } = busy(&p);
+        for id in ["a", "b"] {
+            assert!(matches!(lane.route(pending(id), false), Route::Queued));
+        }
+        // Two queued: the batch may grow, so the instance that finishes is free and the
+        // scheduler must hear it (it times the delay).
+        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert!(matches!(lane.pull(0, 1).0, Pulled::Free { tell: true }));
+        // An instance is free now: the next request goes to the scheduler, whose batcher waits.
+        assert!(matches!(lane.route(pending("c"), false), Route::Scheduler(_)));
     }
 
     #[test]

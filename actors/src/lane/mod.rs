@@ -21,10 +21,10 @@
 //! is free and tells the scheduler, which keeps the timers.
 //!
 //! A request that finds every instance busy waits in that batcher too, put there by its
-//! submitting thread (`busy`), when nothing in the batcher needs the scheduler's timers and
-//! nothing is on its way to the scheduler: the instance that finishes first pulls it, with no
-//! wake-up of the scheduler's thread per request (Triton's frontend thread, too, puts the
-//! request in the model's queue itself).
+//! submitting thread (`busy`), when nothing in the batcher needs the scheduler's timers (a
+//! queue timeout) or priority levels and nothing is on its way to the scheduler: the instance that finishes
+//! first pulls it, with no wake-up of the scheduler's thread per request (Triton's frontend thread, too, puts
+//! the request in the model's queue itself).
 //!
 //! Every decision is taken under one lock (the lane's, then the batcher's), so a request never
 //! finds a free instance while earlier requests wait in the scheduler, and an instance never
@@ -60,8 +60,8 @@ pub(crate) struct Lane {
     /// The batcher the instances pull from (direct models).
     batcher: Option<Arc<Mutex<Batcher>>>,
     /// A request that finds every instance busy may wait in `batcher` without the scheduler:
-    /// nothing there needs its timers (no batching delay, no queue timeout) and there is one
-    /// priority level (`busy`).
+    /// nothing there needs its timers (no queue timeout) and there is one priority level
+    /// (`busy`).
     queues: bool,
     /// A sequence model's batcher, shared with its sequence actor (not for decoupled or
     /// iterative sequence models: they keep the actor for every request).
@@ -183,7 +183,7 @@ impl Lane {
         Lane {
             direct,
             delays,
-            queues: batcher.is_some() && busy::untimed(policy),
+            queues: batcher.is_some() && busy::unaided(policy),
             batcher,
             sequence: sequence.filter(|_| takes_sequences),
             pump: OnceLock::new(),
@@ -527,7 +527,9 @@ mod tests {
 
     #[test]
     fn a_send_that_fails_leaves_the_request_counted_as_on_its_way() {
-        let timed = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
+        let timeout =
+            crate::policy::QueuePolicy { default_timeout: Some(Duration::from_secs(1)), ..Default::default() };
+        let timed = DynamicBatchPolicy { default_queue_policy: timeout, ..Default::default() };
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Dynamic(timed), 1));
         drop(inboxes);
         // The instance ended: the request goes to the scheduler, counted until it reads it.
