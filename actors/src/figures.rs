@@ -31,6 +31,8 @@ pub struct SchedulerState {
     direct: AtomicU64,
     /// Of `batches`, those an instance took from the batcher itself as it finished one.
     pulled: AtomicU64,
+    /// Requests their submitting thread queued in the batcher behind busy instances.
+    lane_queued: AtomicU64,
     /// Batches handed to each instance (minus the instance's `taken`: its mailbox depth).
     dispatched: Vec<AtomicU64>,
     batch_size: Histogram,
@@ -52,6 +54,9 @@ pub struct SchedulerSnapshot {
     /// Of `batches`, those an instance took from the batcher itself as it finished its previous
     /// one, without the scheduler actor's hop (`lane`).
     pub pulled: u64,
+    /// Requests that found every instance busy and were queued in the batcher by the thread
+    /// that submitted them, without the scheduler actor's hop (`lane`).
+    pub lane_queued: u64,
     /// Items per batch.
     pub batch_size: HistogramSnapshot,
     /// How long the oldest request of each batch waited, in µs.
@@ -67,6 +72,7 @@ impl SchedulerState {
             items: AtomicU64::new(0),
             direct: AtomicU64::new(0),
             pulled: AtomicU64::new(0),
+            lane_queued: AtomicU64::new(0),
             dispatched: (0..instances).map(|_| AtomicU64::new(0)).collect(),
             batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
             batch_delay_us: Histogram::new(LATENCY_US_BOUNDS),
@@ -79,6 +85,12 @@ impl SchedulerState {
 
     pub(crate) fn queued(&self, len: usize) {
         self.queue_len.store(len as u64, Relaxed);
+    }
+
+    /// The submitting thread queued a request in the batcher (`len` queued now) itself.
+    pub(crate) fn lane_queued(&self, len: usize) {
+        self.lane_queued.fetch_add(1, Relaxed);
+        self.queued(len);
     }
 
     /// A batch of `items` left for an instance, its oldest request having waited `waited`.
@@ -377,6 +389,7 @@ impl ModelFigures {
             items: s.items.load(Relaxed),
             direct: s.direct.load(Relaxed),
             pulled: s.pulled.load(Relaxed),
+            lane_queued: s.lane_queued.load(Relaxed),
             batch_size: s.batch_size.snapshot(),
             batch_delay_us: s.batch_delay_us.snapshot(),
         }

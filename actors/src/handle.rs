@@ -240,7 +240,8 @@ impl ModelHandle {
             }
             Route::Inline(..) => unreachable!("run above"),
             Route::Scheduler(pending) => pending,
-            // In the sequence batcher: an instance or the sequence actor takes it on.
+            // In the sequence batcher, or in the batcher behind busy instances: an instance or
+            // the scheduler actor takes it on.
             Route::Queued => {
                 self.figures.scheduler.handled();
                 return Ok(());

@@ -280,7 +280,8 @@ impl<Q: Queue> Handler<Enqueue> for Scheduler<Q> {
     }
 }
 
-/// The lane queued work the scheduler must time or hand out (a sequence model's).
+/// The lane queued work the scheduler must time or hand out (a sequence model's), or that its
+/// cancel sweep must come round for (requests behind busy instances).
 impl<Q: Queue> Handler<Pump> for Scheduler<Q> {
     type Result = ();
     fn handle(&mut self, _: Pump, ctx: &mut Context<Self>) {
@@ -432,7 +433,7 @@ impl SchedulerAddr {
                 }
                 // Submitters and instances meet it directly (`lane::sequence`).
                 let queue = SharedSequence(Arc::new(parking_lot::Mutex::new(queue)));
-                let lane = Arc::new(Lane::new(&policy, None, Some(queue.0.clone()), clock.clone()));
+                let lane = Arc::new(Lane::new(&policy, None, Some(queue.0.clone()), clock.clone(), figures.clone()));
                 let shared = lane.clone();
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);
                 let addr = SequenceActor::start_in_arbiter(engine, new);
@@ -442,11 +443,15 @@ impl SchedulerAddr {
             None => {
                 // The instances take their next batch from it themselves (`Lane::pull`).
                 let batcher = Arc::new(parking_lot::Mutex::new(Batcher::new(&policy)));
-                let lane = Arc::new(Lane::new(&policy, Some(batcher.clone()), None, clock.clone()));
+                // Requests that find every instance busy wait in it too, put there by their
+                // submitters (`lane::busy`), who ask the scheduler for a turn when it must time them.
+                let lane = Arc::new(Lane::new(&policy, Some(batcher.clone()), None, clock.clone(), figures.clone()));
                 let shared = lane.clone();
                 let queue = SharedBatcher(batcher);
                 let new = move |_: &mut Context<_>| Scheduler::new(policy, stats, figures, queue, clock, lane);
-                Self::of(BatcherActor::start_in_arbiter(engine, new), shared)
+                let addr = BatcherActor::start_in_arbiter(engine, new);
+                shared.set_pump(addr.clone().recipient());
+                Self::of(addr, shared)
             }
         }
     }

@@ -110,7 +110,7 @@ async fn a_lone_request_goes_straight_to_the_free_instance_and_counts_as_before(
 }
 
 #[actix_rt::test]
-async fn requests_that_find_the_instance_busy_queue_in_the_scheduler() {
+async fn requests_that_find_the_instance_busy_wait_in_the_batcher_without_the_schedulers_hop() {
     let engine = Engine::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let model = Arc::new(
@@ -128,12 +128,12 @@ async fn requests_that_find_the_instance_busy_queue_in_the_scheduler() {
     for r in futures::future::join_all(calls).await {
         r.unwrap();
     }
-    // The first went straight to the instance; the others waited in the scheduler's queue
-    // (each alone: no dynamic batching) and the instance, finding them there as it finished,
-    // took them itself one by one.
+    // The first went straight to the instance; the others, finding it busy, were queued in
+    // the batcher by their submitters (each alone: no dynamic batching) and the instance,
+    // finding them there as it finished, took them itself one by one.
     let f = model.figures.snapshot();
     assert_eq!((f.scheduler.direct - before, f.scheduler.batches, f.scheduler.queue_len), (1, 5, 0));
-    assert_eq!(f.scheduler.pulled, 3);
+    assert_eq!((f.scheduler.pulled, f.scheduler.lane_queued, f.scheduler.mailbox), (3, 3, 0));
     assert_eq!(*seen.lock().unwrap(), vec![1, 1, 1, 1]);
     let s = model.stats.snapshot();
     assert_eq!((s.success.0, s.execution_count, s.pending), (5, 5, 0));
@@ -141,6 +141,34 @@ async fn requests_that_find_the_instance_busy_queue_in_the_scheduler() {
     // Once the queue is empty, a request goes straight again.
     model.infer(request([9.0, 0.0])).await.unwrap();
     assert_eq!(model.figures.snapshot().scheduler.direct - before, 2);
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn a_request_queued_behind_a_busy_instance_whose_client_left_is_cancelled_before_it_runs() {
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let model = Arc::new(
+        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(400), seen.clone()))
+            .await
+            .unwrap(),
+    );
+    let (reply, running) = Reply::once();
+    model.submit(request([1.0, 0.0]), reply).unwrap();
+    settle(|| seen.lock().unwrap().len() == 1).await;
+    // Queued by its submitter behind the running request; its client goes away at once.
+    let (reply, gone) = Reply::once();
+    model.submit(request([2.0, 0.0]), reply).unwrap();
+    drop(gone);
+    assert_eq!(model.figures.snapshot().scheduler.lane_queued, 1);
+    // The scheduler's sweep comes round (the lane asked it for a turn) while the first runs.
+    settle(|| model.stats.snapshot().failures.get("CANCELED").copied() == Some(1)).await;
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, seen.lock().unwrap().len()), (0, 1), "the first still runs");
+    assert_eq!(model.figures.snapshot().scheduler.queue_len, 0);
+    running.await.unwrap().unwrap();
+    let s = model.stats.snapshot();
+    assert_eq!((s.success.0, s.fail.0, s.pending, s.execution_count), (1, 1, 0, 1));
     model.unload().await;
 }
 

@@ -5,14 +5,14 @@
 //! instance's mailbox, without the scheduler actor's hop; an instance that finishes with
 //! nothing queued for it puts itself back here without a message to the scheduler.
 //!
-//! The scheduler stays the authority for queued work: whenever it holds requests (or some are
-//! on their way to it), submitters go through it, and an instance that frees itself tells it.
-//! So priorities, `max_queue_size`, queue timeouts, the batcher's delay and preferred sizes
-//! decide as before; the lane only skips the scheduler when the batcher would have sent the
-//! request alone at once (Triton's dynamic batcher does the same with an idle model: a lone
-//! request waits for no delay when nothing runs). Sequence models have a lane of their own
-//! (`sequence`): their requests go into the sequence batcher, shared under a lock, and to a free
-//! instance from there. Decoupled models keep the scheduler for every request.
+//! The scheduler's batcher stays the authority for queued work: whenever requests are queued
+//! (or some are on their way to the scheduler) while an instance is free, submitters go through
+//! the scheduler, and an instance that frees itself tells it. So priorities, `max_queue_size`,
+//! queue timeouts, the batcher's delay and preferred sizes decide as before; the lane only
+//! skips the scheduler when the batcher would have sent the request alone at once (Triton's dynamic batcher
+//! does the same with an idle model: a lone request waits for no delay when nothing runs). Sequence models
+//! have a lane of their own (`sequence`): their requests go into the sequence batcher, shared under a lock,
+//! and to a free instance from there. Decoupled models keep the scheduler for every request.
 //!
 //! An instance that finishes while requests wait takes its next batch itself (`pull`), once
 //! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
@@ -20,10 +20,17 @@
 //! wake-ups per batch). When the batcher says wait (its delay runs) or has nothing, the instance
 //! is free and tells the scheduler, which keeps the timers.
 //!
+//! A request that finds every instance busy waits in that batcher too, put there by its
+//! submitting thread (`busy`), when nothing in the batcher needs the scheduler's timers (a
+//! queue timeout) or priority levels and nothing is on its way to the scheduler: the instance that finishes
+//! first pulls it, with no wake-up of the scheduler's thread per request (Triton's frontend thread, too, puts
+//! the request in the model's queue itself).
+//!
 //! Every decision is taken under one lock (the lane's, then the batcher's), so a request never
 //! finds a free instance while earlier requests wait in the scheduler, and an instance never
 //! frees itself unseen while requests wait for one.
 
+mod busy;
 mod sequence;
 
 use std::sync::mpsc::TrySendError;
@@ -36,6 +43,7 @@ use parking_lot::Mutex;
 use crate::batcher::Batcher;
 use crate::clock::SharedClock;
 use crate::error::Error;
+use crate::figures::ModelFigures;
 use crate::mailbox::Sender;
 use crate::policy::{ModelPolicy, SchedulerPolicy};
 use crate::protocol::{InstanceMsg, Next, Pending, Pump, Refused, RunHere};
@@ -51,12 +59,19 @@ pub(crate) struct Lane {
     delays: bool,
     /// The batcher the instances pull from (direct models).
     batcher: Option<Arc<Mutex<Batcher>>>,
+    /// A request that finds every instance busy may wait in `batcher` without the scheduler:
+    /// nothing there needs its timers (no queue timeout) and there is one priority level
+    /// (`busy`).
+    queues: bool,
     /// A sequence model's batcher, shared with its sequence actor (not for decoupled or
     /// iterative sequence models: they keep the actor for every request).
     sequence: Option<Arc<Mutex<SequenceBatcher>>>,
     /// The scheduler actor's turn, for work the lane queued that it must time or hand out.
     pump: OnceLock<Recipient<Pump>>,
     clock: SharedClock,
+    /// Where the queue's length is reported (`tritium_scheduler_queue_length`), as the lane
+    /// changes it.
+    figures: Arc<ModelFigures>,
     state: Mutex<State>,
 }
 
@@ -74,7 +89,8 @@ struct State {
     queued: usize,
     /// False once the model drains: every request goes through the scheduler.
     open: bool,
-    /// The scheduler's timer, as of its last turn: it takes a turn then (or soon after).
+    /// The scheduler's timer, as of its last turn: it takes a turn then (or soon after). Also
+    /// set to the time of a turn the lane asked for (`busy`), until that turn.
     armed: Option<Instant>,
 }
 
@@ -142,9 +158,11 @@ pub(crate) enum Route {
     /// Claimed for the caller to run on its own thread (`Claim::run`); if that finds the
     /// instance ended, the request is routed again.
     Inline(Claim, Pending),
-    /// In the sequence batcher: an instance, or the scheduler, takes it on from there.
+    /// In the sequence batcher, or in the batcher behind busy instances: an instance, or the
+    /// scheduler, takes it on from there.
     Queued,
-    /// The sequence batcher refused it (to be failed by the submitter).
+    /// The sequence batcher, or the batcher behind busy instances, refused it (to be failed by
+    /// the submitter).
     Refused(Refused),
 }
 
@@ -156,17 +174,21 @@ impl Lane {
         batcher: Option<Arc<Mutex<Batcher>>>,
         sequence: Option<Arc<Mutex<SequenceBatcher>>>,
         clock: SharedClock,
+        figures: Arc<ModelFigures>,
     ) -> Self {
         let delays = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if !d.max_queue_delay.is_zero());
         let direct = policy.sequence().is_none() && !policy.decoupled;
         let takes_sequences = policy.sequence().is_some_and(|s| !s.iterative) && !policy.decoupled;
+        let batcher = batcher.filter(|_| direct);
         Lane {
             direct,
             delays,
-            batcher: batcher.filter(|_| direct),
+            queues: batcher.is_some() && busy::unaided(policy),
+            batcher,
             sequence: sequence.filter(|_| takes_sequences),
             pump: OnceLock::new(),
             clock,
+            figures,
             state: Mutex::new(State {
                 slots: (0..policy.instances.len()).map(|_| None).collect(),
                 inline: (0..policy.instances.len()).map(|_| None).collect(),
@@ -196,6 +218,9 @@ impl Lane {
         if self.direct {
             loop {
                 let mut s = self.state.lock();
+                if self.queues && s.free.is_empty() && s.open && s.in_flight == 0 && s.live() > 0 {
+                    return self.route_busy(s, p);
+                }
                 let all_free = s.free.len() == s.live();
                 if !s.open || s.backlog() || (self.delays && !all_free) {
                     s.in_flight += 1;
@@ -281,6 +306,7 @@ impl Lane {
             let idle = s.free.len() + 1 >= s.live();
             let next = q.next(now, idle);
             s.queued = q.len();
+            self.figures.scheduler.queued(s.queued);
             if let Next::Batch(batch) = next {
                 return (Pulled::Batch(batch), expired);
             }
@@ -300,6 +326,13 @@ impl Lane {
     /// Locks the lane for one turn of the scheduler.
     pub fn turn(&self) -> Turn<'_> {
         Turn { s: self.state.lock() }
+    }
+
+    /// Asks the scheduler actor for a turn.
+    fn poke(&self) {
+        if let Some(pump) = self.pump.get() {
+            pump.do_send(Pump);
+        }
     }
 }
 
@@ -419,6 +452,10 @@ mod tests {
         }
     }
 
+    fn figures(p: &ModelPolicy) -> Arc<ModelFigures> {
+        Arc::new(ModelFigures::new(p.instances.len()))
+    }
+
     fn pending() -> Pending {
         let (reply, rx) = Reply::once();
         std::mem::forget(rx);
@@ -428,7 +465,7 @@ mod tests {
 
     /// A lane whose instances are all up and free, with their mailboxes' receiving ends.
     fn lane(p: &ModelPolicy) -> (Lane, Vec<Receiver<InstanceMsg>>) {
-        let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), None, Arc::new(SystemClock));
+        let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), None, Arc::new(SystemClock), figures(p));
         let mut inboxes = Vec::new();
         for i in 0..p.instances.len() {
             let (tx, rx) = mailbox();
@@ -450,8 +487,8 @@ mod tests {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
         assert_eq!(direct(lane.route(pending(), false)), Some(0));
         assert!(matches!(inboxes[0].try_recv(), Ok(InstanceMsg::Execute(b)) if b.len() == 1));
-        // The instance is busy now: the next request goes to the scheduler.
-        assert_eq!(direct(lane.route(pending(), false)), None);
+        // The instance is busy now: the next request waits for it in the batcher.
+        assert!(matches!(lane.route(pending(), false), Route::Queued));
     }
 
     #[test]
@@ -478,23 +515,39 @@ mod tests {
         inboxes[0].try_recv().unwrap();
         // The one running is not waiting.
         assert!(!lane.waiting());
-        assert_eq!(direct(lane.route(pending(), false)), None);
+        lane.state.lock().in_flight += 1;
         assert!(lane.waiting(), "on its way to the scheduler");
         lane.turn().publish(1, 1);
         assert!(lane.waiting(), "queued there");
         lane.turn().publish(0, 0);
         assert!(!lane.waiting());
+        assert!(matches!(lane.route(pending(), false), Route::Queued));
+        assert!(lane.waiting(), "queued in the batcher by the lane");
     }
 
     #[test]
     fn a_send_that_fails_leaves_the_request_counted_as_on_its_way() {
-        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        let timeout =
+            crate::policy::QueuePolicy { default_timeout: Some(Duration::from_secs(1)), ..Default::default() };
+        let timed = DynamicBatchPolicy { default_queue_policy: timeout, ..Default::default() };
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Dynamic(timed), 1));
         drop(inboxes);
         // The instance ended: the request goes to the scheduler, counted until it reads it.
         assert_eq!(direct(lane.route(pending(), false)), None);
         assert_eq!(lane.state.lock().in_flight, 1);
         lane.unsent();
         assert_eq!(lane.state.lock().in_flight, 0);
+    }
+
+    #[test]
+    fn a_send_that_fails_leaves_the_request_in_the_batcher_for_the_instances_successor() {
+        let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
+        drop(inboxes);
+        // The instance ended (the scheduler hears it from the supervisor, then its successor
+        // is up and takes what waits): the request waits in the batcher, as in the scheduler.
+        assert!(matches!(lane.route(pending(), false), Route::Queued));
+        let s = lane.state.lock();
+        assert_eq!((s.in_flight, s.queued, s.free.len()), (0, 1, 0));
     }
 
     #[test]
@@ -555,16 +608,15 @@ mod tests {
     fn an_instance_pulls_its_next_batch_from_the_batcher_while_requests_wait() {
         let p = policy(SchedulerPolicy::Direct, 1);
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
-        let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock));
+        let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock), figures(&p));
         let (tx, _rx) = mailbox();
         lane.turn().up(0, 1, tx, None);
         assert_eq!(direct(lane.route(pending(), false)), Some(0));
-        // Two requests reach the scheduler while the instance runs; it queues them.
+        // Two requests arrive while the instance runs: they wait in the batcher.
         for _ in 0..2 {
-            let Route::Scheduler(p) = lane.route(pending(), false) else { panic!("the instance is busy") };
-            batcher.lock().push(p).unwrap();
+            assert!(matches!(lane.route(pending(), false), Route::Queued), "the instance is busy");
         }
-        lane.turn().publish(2, 2);
+        assert_eq!(batcher.lock().len(), 2);
         assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         // The instance takes them one by one (no dynamic batching), the last leaving it free
         // with nothing for the scheduler to hear.
@@ -583,7 +635,7 @@ mod tests {
         inboxes[0].try_recv().unwrap();
         // On its way to the scheduler, not in the batcher yet: the instance is free and the
         // scheduler must hear it.
-        assert_eq!(direct(lane.route(pending(), false)), None);
+        lane.state.lock().in_flight += 1;
         assert_eq!(lane.finish(0, 1).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
         assert!(lane.turn().all_free());
@@ -604,7 +656,7 @@ mod tests {
         };
         let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
         let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
-        let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock));
+        let lane = Lane::new(&p, Some(batcher.clone()), None, Arc::new(SystemClock), figures(&p));
         let (tx, _rx) = mailbox();
         lane.turn().up(0, 1, tx, None);
         assert_eq!(direct(lane.route(pending(), false)), Some(0));

@@ -20,7 +20,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::{Finish, Lane, Pulled, Route, State};
 use crate::error::Error;
-use crate::protocol::{InstanceMsg, Next, Pending, Pump};
+use crate::protocol::{InstanceMsg, Next, Pending};
 use crate::sequence::SequenceBatcher;
 
 impl Lane {
@@ -153,13 +153,6 @@ impl Lane {
         }
         Pulled::Free { tell: false }
     }
-
-    /// Asks the scheduler actor for a turn.
-    fn poke(&self) {
-        if let Some(pump) = self.pump.get() {
-            pump.do_send(Pump);
-        }
-    }
 }
 
 /// Whether the scheduler must take a turn for one of these deadlines: its timer, as of its last
@@ -211,8 +204,8 @@ mod tests {
         let SchedulerPolicy::Sequence(seq) = &p.scheduler else { unreachable!() };
         let clock = Arc::new(SystemClock);
         let figures = Arc::new(ModelFigures::new(1));
-        let batcher = Arc::new(Mutex::new(SequenceBatcher::new(p, seq, figures, clock.clone())));
-        let lane = Lane::new(p, None, Some(batcher.clone()), clock);
+        let batcher = Arc::new(Mutex::new(SequenceBatcher::new(p, seq, figures.clone(), clock.clone())));
+        let lane = Lane::new(p, None, Some(batcher.clone()), clock, figures);
         let (tx, rx) = mailbox();
         lane.turn().up(0, 1, tx, None);
         (lane, batcher, rx)
