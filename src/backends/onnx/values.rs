@@ -33,7 +33,7 @@ pub(crate) fn le_bytes<T: Pod>(values: &[T]) -> Bytes {
 }
 
 /// A numeric input: borrowed when its bytes are aligned for `T`, else copied once.
-fn numeric_input<T>(shape: Vec<i64>, data: &[u8]) -> ort::Result<(SessionInputValue<'_>, bool)>
+fn numeric_input<'a, T>(shape: &'a [i64], data: &'a [u8]) -> ort::Result<(SessionInputValue<'a>, bool)>
 where
     T: PrimitiveTensorElementType + Pod + Debug,
 {
@@ -45,7 +45,8 @@ where
 
 /// `tensor` as an ONNX Runtime input, and whether its bytes were borrowed rather than copied.
 pub(crate) fn to_ort(tensor: &Tensor) -> Result<(SessionInputValue<'_>, bool)> {
-    let shape = tensor.shape.clone();
+    // The shape is lent to `ort` (which copies it into its own small vector), not cloned.
+    let shape = &tensor.shape[..];
     let data = &tensor.data[..];
     let value = match tensor.datatype {
         DataType::Bool => OrtTensor::<bool>::from_array((shape, data.iter().map(|b| *b != 0).collect::<Vec<_>>()))
@@ -62,7 +63,7 @@ pub(crate) fn to_ort(tensor: &Tensor) -> Result<(SessionInputValue<'_>, bool)> {
         DataType::BF16 => numeric_input::<half::bf16>(shape, data),
         DataType::F32 => numeric_input::<f32>(shape, data),
         DataType::F64 => numeric_input::<f64>(shape, data),
-        DataType::Bytes => strings::to_ort(shape, &tensor.bytes_elements()?).map(|v| (v.into(), false)),
+        DataType::Bytes => strings::to_ort(shape.to_vec(), &tensor.bytes_elements()?).map(|v| (v.into(), false)),
     };
     value.map_err(|e| Error::invalid(format!("input '{}': {e}", tensor.name)))
 }

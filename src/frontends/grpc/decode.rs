@@ -146,8 +146,8 @@ fn decode_input(
 /// Decodes a gRPC request. Model-level checks (names, shapes, sizes) are the engine's.
 pub fn decode(req: ModelInferRequest) -> Result<Decoded> {
     let version = parse_version(&req.model_version)?;
-    let model = req.model_name;
-    let mut request = InferRequest::new(model.clone(), Vec::new());
+    // The model's name is moved into the request, and read from there, not cloned.
+    let mut request = InferRequest::new(req.model_name, Vec::with_capacity(req.inputs.len()));
     request.version = version;
     request.id = req.id;
     let params = req.parameters.iter().filter_map(|(k, v)| param_value(v).map(|v| (k.clone(), v)));
@@ -161,15 +161,18 @@ pub fn decode(req: ModelInferRequest) -> Result<Decoded> {
         if uses_raw && !input.parameters.contains_key("shared_memory_region") {
             raw_inputs += 1;
         }
-        request.inputs.push(decode_input(&model, input, &mut raw, uses_raw)?);
+        let tensor = decode_input(&request.model, input, &mut raw, uses_raw)?;
+        request.inputs.push(tensor);
     }
     if uses_raw && raw_inputs != raw_count {
         return Err(Error::invalid(format!(
-            "expected {raw_inputs} raw_input_contents (one per input not in shared memory) for model '{model}', got {raw_count}"
+            "expected {raw_inputs} raw_input_contents (one per input not in shared memory) for model '{}', got {raw_count}",
+            request.model
         )));
     }
 
     let mut shm_outputs = HashMap::new();
+    request.outputs.reserve_exact(req.outputs.len());
     for output in req.outputs {
         let class_count = match output.parameters.get("classification").and_then(param_value) {
             None => 0,

@@ -161,7 +161,7 @@ where
 /// The body's one message (its bytes after the prefix), or, for anything else, a body that
 /// gives tonic what was read and then the rest.
 async fn read_one(mut body: MessageLimit<Body>) -> Result<Bytes, Replay> {
-    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut chunks = Chunks::default();
     let mut read = 0usize;
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
@@ -178,7 +178,7 @@ async fn read_one(mut body: MessageLimit<Body>) -> Result<Bytes, Replay> {
         if !data.is_empty() {
             chunks.push(data);
         }
-        let len = match prefix(&chunks) {
+        let len = match prefix(chunks.iter()) {
             Prefix::Partial => continue,
             Prefix::Plain(len) => len,
             Prefix::Other => return Err(Replay::new(chunks, None, Some(body))),
@@ -212,7 +212,7 @@ enum Prefix {
     Other,
 }
 
-fn prefix(chunks: &[Bytes]) -> Prefix {
+fn prefix<'a>(chunks: impl Iterator<Item = &'a Bytes>) -> Prefix {
     let mut prefix = [0u8; PREFIX];
     let mut n = 0;
     for chunk in chunks {
@@ -230,16 +230,43 @@ fn prefix(chunks: &[Bytes]) -> Prefix {
     }
 }
 
+/// The frames read so far: the first held apart, so that a message in one frame (the usual
+/// case) needs no vector.
+#[derive(Default)]
+struct Chunks {
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+}
+
+impl Chunks {
+    fn push(&mut self, chunk: Bytes) {
+        match self.first {
+            None => self.first = Some(chunk),
+            Some(_) => self.more.push(chunk),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Bytes> {
+        self.first.iter().chain(&self.more)
+    }
+
+    fn into_vec(self) -> Vec<Bytes> {
+        self.first.into_iter().chain(self.more).collect()
+    }
+}
+
 /// The message after its prefix: a slice of the one frame it came in, or the frames joined.
-fn message_bytes(chunks: Vec<Bytes>, len: usize) -> Bytes {
-    if let [one] = chunks.as_slice() {
-        return one.slice(PREFIX..PREFIX + len);
+fn message_bytes(chunks: Chunks, len: usize) -> Bytes {
+    match (chunks.first, chunks.more.is_empty()) {
+        (Some(one), true) => one.slice(PREFIX..PREFIX + len),
+        (first, _) => {
+            let mut joined = BytesMut::with_capacity(PREFIX + len);
+            for chunk in first.iter().chain(&chunks.more) {
+                joined.put_slice(chunk);
+            }
+            joined.freeze().slice(PREFIX..PREFIX + len)
+        }
     }
-    let mut joined = BytesMut::with_capacity(PREFIX + len);
-    for chunk in &chunks {
-        joined.put_slice(chunk);
-    }
-    joined.freeze().slice(PREFIX..PREFIX + len)
 }
 
 /// The handler's answer as tonic writes a unary one: its metadata and the gRPC content type as
@@ -309,12 +336,8 @@ pub struct Replay {
 impl Replay {
     /// `chunks` read, then `stopped_at` (a frame or an error; nothing at the body's end), then
     /// what is left of `body`, if anything.
-    fn new(
-        chunks: Vec<Bytes>,
-        stopped_at: Option<Result<Frame<Bytes>, Status>>,
-        body: Option<MessageLimit<Body>>,
-    ) -> Self {
-        let mut read: VecDeque<_> = chunks.into_iter().map(|c| Ok(Frame::data(c))).collect();
+    fn new(chunks: Chunks, stopped_at: Option<Result<Frame<Bytes>, Status>>, body: Option<MessageLimit<Body>>) -> Self {
+        let mut read: VecDeque<_> = chunks.into_vec().into_iter().map(|c| Ok(Frame::data(c))).collect();
         read.extend(stopped_at);
         Replay { read, rest: body.map(MessageLimit::into_inner) }
     }
