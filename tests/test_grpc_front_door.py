@@ -27,6 +27,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from helpers import Server, copy_bundled_repo, identity_config
+from test_grpc import add_sub_inputs
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -335,14 +336,6 @@ def test_metadata_is_kept_and_reserved_headers_are_not_the_clients(servers):
     headers = [("x-custom", "1"), ("user-agent", "raw-h2"), ("grpc-accept-encoding", "identity,gzip")]
     assert_same_end(servers, "0", body_frames=[wire], headers=headers)
     assert_as_tonic_on_the_same_server(servers, [wire], headers=headers)
-
-
-def add_sub_inputs(a, b):
-    ins = [grpcclient.InferInput("INPUT0", list(a.shape), "FP32"),
-           grpcclient.InferInput("INPUT1", list(b.shape), "FP32")]
-    ins[0].set_data_from_numpy(a)
-    ins[1].set_data_from_numpy(b)
-    return ins
 
 
 @pytest.mark.parametrize("algorithm", [None, "gzip", "deflate"])

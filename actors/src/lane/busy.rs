@@ -76,38 +76,17 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::backend::{InstanceKind, InstanceSpec};
     use crate::clock::SystemClock;
     use crate::figures::ModelFigures;
     use crate::lane::{Finish, Pulled};
     use crate::mailbox::{mailbox, Receiver};
-    use crate::policy::{DynamicBatchPolicy, DEFAULT_QUEUE_CAPACITY};
+    use crate::policy::DynamicBatchPolicy;
     use crate::protocol::InstanceMsg;
     use crate::request::{InferRequest, Reply};
 
+    /// The lane's test model, without batching: each request is a batch of its own.
     fn policy(scheduler: SchedulerPolicy, instances: usize) -> ModelPolicy {
-        ModelPolicy {
-            name: "m".into(),
-            version: 1,
-            max_batch_size: 0,
-            inputs: vec![],
-            outputs: vec![],
-            instances: (0..instances)
-                .map(|index| InstanceSpec {
-                    name: format!("m_0_{index}"),
-                    index,
-                    kind: InstanceKind::Cpu,
-                    device: None,
-                    cpu_cores: Vec::new(),
-                    rate_limiter: Default::default(),
-                })
-                .collect(),
-            scheduler,
-            decoupled: false,
-            queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            warmup: Vec::new(),
-            response_cache: false,
-        }
+        ModelPolicy { max_batch_size: 0, ..crate::lane::tests::policy(scheduler, instances) }
     }
 
     fn dynamic(f: impl FnOnce(&mut DynamicBatchPolicy)) -> SchedulerPolicy {

@@ -427,7 +427,9 @@ mod tests {
     use crate::policy::{DynamicBatchPolicy, SequencePolicy, SequenceStrategy, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
 
-    fn policy(scheduler: SchedulerPolicy, instances: usize) -> ModelPolicy {
+    /// A model `m` of `instances` CPU instances, batches of up to 8 (also the lane's other
+    /// test modules' model).
+    pub(in crate::lane) fn policy(scheduler: SchedulerPolicy, instances: usize) -> ModelPolicy {
         ModelPolicy {
             name: "m".into(),
             version: 1,
