@@ -2,7 +2,8 @@
 a steady stream of requests: no request may fail (as in Triton, requests already accepted by
 the old version finish on it, new ones go to the new version once it is ready). Swaps come from
 poll mode (a new version folder, `version_policy: latest 1`, so the old one is unloaded) and
-from explicit loads (a new version, or the same version with a changed config).
+from explicit loads (a new version, or the same version with a changed config). A sequence
+begun before a reload is told to start again, as Triton tells it.
 """
 import threading
 import time
@@ -10,6 +11,8 @@ import time
 import numpy as np
 import requests
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from helpers import identity_config, wait_until
 
@@ -132,3 +135,37 @@ def test_explicit_loads_swap_and_reload_under_load_without_a_failed_request(tmp_
     assert srv.post(f"/v2/repository/models/{MODEL}/unload").status_code == 200
     r = srv.post(f"/v2/models/{MODEL}/infer", {"inputs": []})
     assert r.status_code in (400, 404) and "swap" in r.json()["error"], r.text
+
+
+def test_a_sequence_that_spans_a_reload_is_told_to_start_again_never_reset_silently(repo_copy, start_server):
+    """The sequence's state lives with the version that held it: after a reload, a request of a
+    sequence begun before it gets Triton's START-flag error over both protocols (never a sum
+    quietly restarted from zero), and a sequence begun after it accumulates as usual."""
+    repo = repo_copy(["accumulate"])
+    srv = start_server(repo, args=["--model-control-mode=explicit", "--load-model=accumulate"])
+    http, grpc = srv.client, grpcclient.InferenceServerClient(srv.grpc_url)
+
+    def turn(client, module, value, sid, start=False):
+        t = module.InferInput("INPUT", [1, 1], "INT32")
+        t.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        r = client.infer("accumulate", [t], sequence_id=sid, sequence_start=start)
+        return int(r.as_numpy("OUTPUT")[0][0])
+
+    clients = [(http, httpclient, 11), (grpc, grpcclient, 12)]
+    for client, module, sid in clients:
+        assert turn(client, module, 5, sid, start=True) == 5
+        assert turn(client, module, 2, sid) == 7
+    config = repo / "accumulate" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_sequence_idle_microseconds: 5000000",
+                                                 "max_sequence_idle_microseconds: 6000000"))
+    assert srv.post("/v2/repository/models/accumulate/load").status_code == 200
+    for client, module, sid in clients:
+        try:
+            turn(client, module, 1, sid)
+            raise AssertionError(f"sequence {sid} went on after the reload")
+        except InferenceServerException as e:
+            assert "must specify the START flag on the first request of the sequence" in e.message(), e
+            assert str(sid) in e.message(), e
+        # Begun again, it accumulates on the new version from its own start.
+        assert turn(client, module, 4, sid, start=True) == 4
+        assert turn(client, module, 3, sid) == 7
