@@ -12,7 +12,25 @@ at every count. Every run must exit 0 with no error line and leave the server's 
 unchanged (end-of-run errors of the sequence runs, when perf_analyzer closes its open
 sequences, are listed, as in sequences.py).
 
-  .venv/bin/python loadtests/sequence_scaling.py --old PATH --new PATH [--pairs 2]
+  .venv/bin/python loadtests/sequence_scaling.py --old PATH [--new PATH] [--pairs 2] \
+      [--pa-mode auto|sync|async|streaming] [--max-threads 16] [--pa-channel-share N]
+
+Without --new, one binary runs on --pairs servers one after the other (repeats of one build).
+
+How perf_analyzer sends (--pa-mode, recorded in the summary's header and each run's row): `auto`
+(the default, what every earlier run of this script did) passes no flag, and perf_analyzer then
+sends the sequence model's requests asynchronously from --max-threads threads (16) and add_sub's
+synchronously, one thread per concurrent request; `sync` (--sync) one thread per concurrent request
+for both; `async` (-a --max-threads N) and `streaming` (-a --streaming --max-threads N: gRPC
+ModelStreamInfer) asynchronously for both. Whatever the mode, perf_analyzer gives each concurrent
+sequence its own context, and each context its own gRPC client object with its own completion
+thread (async) or stream and stream-reader thread (streaming); stateless models get one context
+per thread. Its clients share a TCP connection six at a time (its client library's
+TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT; --pa-channel-share N sets it). Each run records what
+it held, sampled every second: the live sequences the server counts
+(`tritium_sequence_active` + `tritium_sequence_backlog`: perf_analyzer keeps one request per
+sequence in flight, so this is the count), the server's established gRPC connections and
+perf_analyzer's threads, plus the calls perf_analyzer said it used.
 
 With --chatload PATH (a release build of loadtests/chatload), the same servers also run the
 chatload leg: a copy of the accumulator, `accumulate_live`, whose max_candidate_sequences holds
@@ -208,6 +226,9 @@ def main():
                          "for add_sub), sync (--sync: one thread per concurrent request), async (-a --max-threads), "
                          "streaming (-a --streaming --max-threads: gRPC ModelStreamInfer)")
     ap.add_argument("--max-threads", type=int, default=16, help="perf_analyzer --max-threads for async / streaming")
+    ap.add_argument("--pa-channel-share", type=int, default=None,
+                    help="TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT for perf_analyzer: how many of its gRPC clients "
+                         "share one connection (its default 6: at 4,000 sequences, 667 connections)")
     ap.add_argument("--counts", default="64,1000,4000")
     ap.add_argument("--stateless-counts", default="64,1000")
     ap.add_argument("--chatload", help="loadtests/chatload (release): also run the closed-loop chatload leg")
@@ -230,7 +251,10 @@ def main():
     out_dir, _ = common.make_out_dir(args, "sequence_scaling")
     header = common.run_header(args)
     pa_flags = pa_mode_flags(args.pa_mode, args.max_threads)
-    header.update(pa_mode=args.pa_mode, pa_mode_flags=pa_flags, single_binary=single)
+    if args.pa_channel_share:
+        os.environ["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = str(args.pa_channel_share)
+    header.update(pa_mode=args.pa_mode, pa_mode_flags=pa_flags, single_binary=single,
+                  pa_channel_share=args.pa_channel_share or 6)
     builds = ("old",) if single else ("old", "new")
     loads = [(ACC, int(c), ["--sequence-length", "10"]) for c in args.counts.split(",")]
     loads += [(STATELESS, int(c), []) for c in args.stateless_counts.split(",") if c]
@@ -295,7 +319,8 @@ def main():
     what = f"old: {args.old}; new: {args.new}; {args.pairs} pairs, order alternated" if two else \
         f"one binary: {args.old}; {args.pairs} servers, one after the other"
     lines = [f"# Sequence scaling, same run: {header['time']}", "",
-             f"{what}; perf_analyzer mode `{args.pa_mode}` ({' '.join(pa_flags) or 'no flag'}); "
+             f"{what}; perf_analyzer mode `{args.pa_mode}` ({' '.join(pa_flags) or 'no flag'}), "
+             f"{args.pa_channel_share or 6} gRPC clients per connection; "
              f"-p {args.interval_ms} ms; failed runs: {len(failures)}. Ratio: infer/s at the count ÷ infer/s at "
              "the model's first count, on the same server in the same pair; median (min–max) over the "
              f"{'pairs' if two else 'servers'}.", "",
