@@ -12,7 +12,7 @@ at every count. Every run must exit 0 with no error line and leave the server's 
 unchanged (end-of-run errors of the sequence runs, when perf_analyzer closes its open
 sequences, are listed, as in sequences.py).
 
-  .venv/bin/python loadtests/sequence_scaling.py --old PATH [--new PATH] [--pairs 2] \
+  .venv/bin/python loadtests/sequence_scaling.py --old PATH [--new PATH] [--pairs 2]
       [--pa-mode auto|sync|async|streaming] [--max-threads 16] [--pa-channel-share N]
 
 Without --new, one binary runs on --pairs servers one after the other (repeats of one build).
