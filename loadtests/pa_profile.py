@@ -40,23 +40,24 @@ with common.bench_server(BIN, common.DEFAULT_ORT, common.DEFAULT_REPO, OUT, mode
                               stdout=open(f"{OUT}/pa-{c}.log", "w"), stderr=subprocess.STDOUT)
         time.sleep(12)
         b = common.model_stats(srv.base, "accumulate_oldest"); tb = common.thread_cpu_s(srv.proc.pid); t0 = time.time()
-        pb = common.tree_cpu_s(pa.pid); mb = machine()
+        pb = common.tree_cpu_s(pa.pid); mb = machine(); tm = time.time()
         if PERF:
             subprocess.run(["perf", "record", "-F", "1999", "-g", "-p", str(srv.proc.pid), "-o", f"{OUT}/perf-{c}.data",
                             "--", "sleep", "6"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         else:
             time.sleep(6)
+        ma = machine(); mwall = time.time() - tm
         a = common.model_stats(srv.base, "accumulate_oldest"); ta = common.thread_cpu_s(srv.proc.pid); wall = time.time() - t0
         pa_s = common.tree_cpu_s(pa.pid) - pb
-        ma = machine(); busy, idle = ma[0] - mb[0], ma[1] - mb[1]
+        busy, idle = ma[0] - mb[0], ma[1] - mb[1]
         n = a["inference_count"] - b["inference_count"]
         by = {}
         for tid, (name, s) in ta.items():
             d = s - tb.get(tid, (name, 0.0))[1]
             by[name] = by.get(name, 0.0) + d
         tot = sum(by.values())
-        print(f"c{c}: {n} inferences in {wall:.1f}s = {n/wall:.0f}/s; machine busy {busy/wall:.2f} cores, idle {idle/wall:.2f}, "
-              f"busy per inference {busy/n*1e6:.1f} us; perf_analyzer CPU per inference {pa_s/n*1e6:.1f} us; "
+        print(f"c{c}: {n} inferences in {wall:.1f}s = {n/wall:.0f}/s; machine busy {busy/mwall:.2f} cores, idle {idle/mwall:.2f}, "
+              f"busy per inference {busy / mwall / (n / wall) * 1e6:.1f} us; perf_analyzer CPU per inference {pa_s/n*1e6:.1f} us; "
               f"server CPU per inference {tot/n*1e6:.1f} us; by thread: " +
               ", ".join(f"{k} {v/n*1e6:.1f}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]) if v / n * 1e6 >= 0.5), flush=True)
         with open(f"{OUT}/n-{c}.txt", "w") as f:
