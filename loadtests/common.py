@@ -298,6 +298,10 @@ def parse_pa_text(text):
         m = re.search(rx, block)
         if m:
             out[key] = int(m.group(1))
+    # what perf_analyzer chose: asynchronous for a sequence model unless --sync, else synchronous
+    m = re.search(r"Using (asynchronous|synchronous) calls for inference", text)
+    if m:
+        out["pa_calls"] = "async" if m.group(1) == "asynchronous" else "sync"
     return out
 
 

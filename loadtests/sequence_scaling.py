@@ -12,7 +12,25 @@ at every count. Every run must exit 0 with no error line and leave the server's 
 unchanged (end-of-run errors of the sequence runs, when perf_analyzer closes its open
 sequences, are listed, as in sequences.py).
 
-  .venv/bin/python loadtests/sequence_scaling.py --old PATH --new PATH [--pairs 2]
+  .venv/bin/python loadtests/sequence_scaling.py --old PATH [--new PATH] [--pairs 2]
+      [--pa-mode auto|sync|async|streaming] [--max-threads 16] [--pa-channel-share N]
+
+Without --new, one binary runs on --pairs servers one after the other (repeats of one build).
+
+How perf_analyzer sends (--pa-mode, recorded in the summary's header and each run's row): `auto`
+(the default, what every earlier run of this script did) passes no flag, and perf_analyzer then
+sends the sequence model's requests asynchronously from --max-threads threads (16) and add_sub's
+synchronously, one thread per concurrent request; `sync` (--sync) one thread per concurrent request
+for both; `async` (-a --max-threads N) and `streaming` (-a --streaming --max-threads N: gRPC
+ModelStreamInfer) asynchronously for both. Whatever the mode, perf_analyzer gives each concurrent
+sequence its own context, and each context its own gRPC client object with its own completion
+thread (async) or stream and stream-reader thread (streaming); stateless models get one context
+per thread. Its clients share a TCP connection six at a time (its client library's
+TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT; --pa-channel-share N sets it). Each run records what
+it held, sampled every second: the live sequences the server counts
+(`tritium_sequence_active` + `tritium_sequence_backlog`: perf_analyzer keeps one request per
+sequence in flight, so this is the count), the server's established gRPC connections and
+perf_analyzer's threads, plus the calls perf_analyzer said it used.
 
 With --chatload PATH (a release build of loadtests/chatload), the same servers also run the
 chatload leg: a copy of the accumulator, `accumulate_live`, whose max_candidate_sequences holds
@@ -36,7 +54,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 
 import common
 from common import PAError, median, spread
@@ -44,6 +64,109 @@ from common import PAError, median, spread
 ACC = "accumulate_oldest"
 STATELESS = "add_sub"
 LIVE = "accumulate_live"
+
+
+def pa_mode_flags(mode, max_threads):
+    """perf_analyzer's flags for --pa-mode. `auto` passes none: perf_analyzer then sends a sequence
+    model's requests asynchronously (--max-threads threads, 16 by default) and a stateless model's
+    synchronously (one thread per concurrent request)."""
+    return {"auto": [], "sync": ["--sync"], "async": ["-a", "--max-threads", str(max_threads)],
+            "streaming": ["-a", "--streaming", "--max-threads", str(max_threads)]}[mode]
+
+
+def metric_sum(text, name, model):
+    """The sum of a metric's samples labelled model="<model>" in a Prometheus text page (None when
+    there is none)."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'model="{model}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def established(port):
+    """The established TCP connections whose local port is `port` (the server's side of each
+    client connection), from /proc/net/tcp{,6}."""
+    n = 0
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(f).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[1].rsplit(":", 1)[1] == f"{port:04X}" and fields[3] == "01":
+                n += 1
+    return n
+
+
+def pa_threads():
+    """Threads of this script's perf_analyzer child (the wrapper execs it), or None."""
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm == "perf_analyzer" and int(stat.rpartition(")")[2].split()[1]) == me:
+            try:
+                return len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                return None
+    return None
+
+
+class Sampler:
+    """Every second while perf_analyzer runs: the model's live sequences as the server counts them
+    (`tritium_sequence_active` + `tritium_sequence_backlog`, for a sequence model), the server's
+    established gRPC connections and perf_analyzer's threads. Summed up as medians (and the live
+    count's max) over the samples after the first 3 s (perf_analyzer's ramp)."""
+
+    def __init__(self, srv, model, sequence):
+        self.srv, self.model, self.sequence = srv, model, sequence
+        self.samples, self.stop = [], threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        t0 = time.monotonic()
+        while not self.stop.wait(1.0):
+            s = {"t": time.monotonic() - t0, "connections": established(self.srv.grpc_port), "pa_threads": pa_threads()}
+            if self.sequence:
+                try:
+                    url = f"http://127.0.0.1:{self.srv.metrics_port}/metrics"
+                    with urllib.request.urlopen(url, timeout=5) as r:
+                        text = r.read().decode()
+                    active = metric_sum(text, "tritium_sequence_active", self.model)
+                    backlog = metric_sum(text, "tritium_sequence_backlog", self.model)
+                    if active is not None and backlog is not None:
+                        s.update(active=active, backlog=backlog, live=active + backlog)
+                except OSError:
+                    pass
+            self.samples.append(s)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def summary(self):
+        steady = [s for s in self.samples if s["t"] >= 3.0] or self.samples
+        out = {}
+        for key in ("live", "active", "backlog", "connections", "pa_threads"):
+            xs = [s[key] for s in steady if s.get(key) is not None]
+            if xs:
+                out[key] = median(xs)
+        lives = [s["live"] for s in steady if "live" in s]
+        if lives:
+            out["live_max"] = max(lives)
+        return out
 
 
 def live_copy(counts, points):
@@ -96,8 +219,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     common.add_common_args(ap, interval_ms=3000)
     ap.add_argument("--old", required=True)
-    ap.add_argument("--new", required=True)
+    ap.add_argument("--new", help="the second build; without it one binary (--old) runs --pairs times, one server each")
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--pa-mode", choices=("auto", "sync", "async", "streaming"), default="auto",
+                    help="how perf_analyzer sends: auto (no flag: asynchronous for the sequence model, synchronous "
+                         "for add_sub), sync (--sync: one thread per concurrent request), async (-a --max-threads), "
+                         "streaming (-a --streaming --max-threads: gRPC ModelStreamInfer)")
+    ap.add_argument("--max-threads", type=int, default=16, help="perf_analyzer --max-threads for async / streaming")
+    ap.add_argument("--pa-channel-share", type=int, default=None,
+                    help="TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT for perf_analyzer: how many of its gRPC clients "
+                         "share one connection (its default 6: at 4,000 sequences, 667 connections)")
     ap.add_argument("--counts", default="64,1000,4000")
     ap.add_argument("--stateless-counts", default="64,1000")
     ap.add_argument("--chatload", help="loadtests/chatload (release): also run the closed-loop chatload leg")
@@ -112,12 +243,19 @@ def main():
                     help="chatload --max-in-flight: at most this many turns in flight (N conversations stay live, "
                          "the server's queue holds at most this many)")
     args = ap.parse_args()
-    for p in (args.old, args.new, args.perf_analyzer) + ((args.chatload,) if args.chatload else ()):
+    single = args.new is None
+    for p in (args.old, args.new or args.old, args.perf_analyzer) + ((args.chatload,) if args.chatload else ()):
         if not os.path.exists(p):
             sys.exit(f"missing {p}")
-    args.server = args.new
+    args.server = args.new or args.old
     out_dir, _ = common.make_out_dir(args, "sequence_scaling")
     header = common.run_header(args)
+    pa_flags = pa_mode_flags(args.pa_mode, args.max_threads)
+    if args.pa_channel_share:
+        os.environ["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = str(args.pa_channel_share)
+    header.update(pa_mode=args.pa_mode, pa_mode_flags=pa_flags, single_binary=single,
+                  pa_channel_share=args.pa_channel_share or 6)
+    builds = ("old",) if single else ("old", "new")
     loads = [(ACC, int(c), ["--sequence-length", "10"]) for c in args.counts.split(",")]
     loads += [(STATELESS, int(c), []) for c in args.stateless_counts.split(",") if c]
     if args.skip_pa:
@@ -132,7 +270,10 @@ def main():
     edit = live_copy(chat_counts, len(chat_counts) * len(chat_protocols)) if chat_counts else None
     results, failures, chat_rows = [], [], []
     for pair in range(args.pairs):
-        order = (("old", args.old), ("new", args.new)) if pair % 2 == 0 else (("new", args.new), ("old", args.old))
+        if single:
+            order = (("old", args.old),)
+        else:
+            order = (("old", args.old), ("new", args.new)) if pair % 2 == 0 else (("new", args.new), ("old", args.old))
         for label, binary in order:
             with common.bench_server(binary, args.onnxruntime_library, args.model_repository, out_dir,
                                      models=[ACC, STATELESS], ready=models, edit_repo=edit,
@@ -141,22 +282,28 @@ def main():
                     name = f"pair{pair + 1}-{label}-{model}-c{conc}"
                     cpu0, pa0, t0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s(), time.monotonic()
                     try:
-                        r = common.run_pa(args.perf_analyzer, model, srv.url("grpc"), "grpc", conc,
-                                          os.path.join(out_dir, name + ".csv"), os.path.join(out_dir, name + ".log"),
-                                          extra=extra, interval_ms=args.interval_ms, stability=args.stability,
-                                          server=srv, teardown_ok=bool(extra), timeout=900)
+                        with Sampler(srv, model, sequence=bool(extra)) as sampler:
+                            r = common.run_pa(args.perf_analyzer, model, srv.url("grpc"), "grpc", conc,
+                                              os.path.join(out_dir, name + ".csv"), os.path.join(out_dir, name + ".log"),
+                                              extra=extra + pa_flags, interval_ms=args.interval_ms,
+                                              stability=args.stability, server=srv, teardown_ok=bool(extra),
+                                              timeout=900)
                     except PAError as e:
                         print(f"FAILED {name}: {e}", flush=True)
                         failures.append({"run": name, "error": str(e)})
                         continue
                     wall = time.monotonic() - t0
-                    r.update(pair=pair + 1, build=label, model=model,
+                    r.update(pair=pair + 1, build=label, model=model, pa_mode=args.pa_mode,
                              server_cores=(common.tree_cpu_s(srv.proc.pid) - cpu0) / wall,
-                             client_cores=(common.children_cpu_s() - pa0) / wall)
+                             client_cores=(common.children_cpu_s() - pa0) / wall, observed=sampler.summary())
                     results.append(r)
+                    o = r["observed"]
+                    live = f"live {o['live']:.0f} (max {o['live_max']:.0f})  " if "live" in o else ""
                     print(f"{name:>44}: {r['infer_per_s']:>8.1f} infer/s  p99 {r['p99_us']:>9} µs  "
-                          f"cores server {r['server_cores']:.2f} client {r['client_cores']:.2f}  "
-                          f"end-of-run errors {len(r.get('teardown_errors', []))}", flush=True)
+                          f"cores server {r['server_cores']:.2f} client {r['client_cores']:.2f}  {live}"
+                          f"conns {o.get('connections', 0):.0f} PA threads {o.get('pa_threads') or 0:.0f} "
+                          f"({r.get('pa_calls', '?')})  end-of-run errors {len(r.get('teardown_errors', []))}",
+                          flush=True)
                 if chat_counts:
                     rows = chat_leg(args, srv, out_dir, label, pair, chat_points, chat_protocols)
                     failures += [r for r in rows if "error" in r]
@@ -168,19 +315,23 @@ def main():
                 return r["infer_per_s"]
         return None
 
+    two = not single
+    what = f"old: {args.old}; new: {args.new}; {args.pairs} pairs, order alternated" if two else \
+        f"one binary: {args.old}; {args.pairs} servers, one after the other"
     lines = [f"# Sequence scaling, same run: {header['time']}", "",
-             f"old: {args.old}; new: {args.new}; {args.pairs} pairs, order alternated; -p {args.interval_ms} ms; "
-             f"failed runs: {len(failures)}. Ratio: infer/s at the count ÷ infer/s at the model's first count, "
-             "on the same server in the same pair; median (min–max) over the pairs.", "",
-             "| load | old ratio | new ratio | old infer/s | new infer/s |", "| --- | --- | --- | --- | --- |"]
+             f"{what}; perf_analyzer mode `{args.pa_mode}` ({' '.join(pa_flags) or 'no flag'}), "
+             f"{args.pa_channel_share or 6} gRPC clients per connection; "
+             f"-p {args.interval_ms} ms; failed runs: {len(failures)}. Ratio: infer/s at the count ÷ infer/s at "
+             "the model's first count, on the same server in the same pair; median (min–max) over the "
+             f"{'pairs' if two else 'servers'}.", "",
+             "| load | " + " | ".join(f"{b} ratio" for b in builds) + " | " + " | ".join(f"{b} infer/s" for b in builds)
+             + " |", "| --- " * (1 + 2 * len(builds)) + "|"]
     ratios = {}
     for model in (ACC, STATELESS):
         counts = [c for m, c, _ in loads if m == model]
-        if not counts:
-            continue
         for conc in counts:
             row = {}
-            for build in ("old", "new"):
+            for build in builds:
                 rs = []
                 for k in range(1, args.pairs + 1):
                     base, at = get(k, build, model, counts[0]), get(k, build, model, conc)
@@ -188,37 +339,72 @@ def main():
                         rs.append(at / base)
                 row[build] = rs
             tps = {b: [r["infer_per_s"] for r in results if (r["build"], r["model"], r["concurrency"]) == (b, model, conc)]
-                   for b in ("old", "new")}
+                   for b in builds}
             ratios[f"{model}-c{conc}"] = {"ratio": row, "infer_per_s": tps}
-            lines.append(f"| {model} gRPC c{conc} ÷ c{counts[0]} | {median(row['old']):.2f} ({spread(row['old'])}) | "
-                         f"{median(row['new']):.2f} ({spread(row['new'])}) | {spread(tps['old'])} | "
-                         f"{spread(tps['new'])} |")
+            lines.append(f"| {model} gRPC c{conc} ÷ c{counts[0]} | "
+                         + " | ".join(f"{median(row[b]):.2f} ({spread(row[b])})" for b in builds) + " | "
+                         + " | ".join(spread(tps[b]) for b in builds) + " |")
     # The turn's cost itself: CPU per inference of the server and of perf_analyzer (rusage over the
     # whole run, so a slow ramp counts too), and the server's at each count ÷ at the first count.
-    lines += ["", "CPU µs per inference (server / perf_analyzer), median over the pairs; the server's at the "
-              "count ÷ at the model's first count:", "",
-              "| load | old | new | new server ratio |", "| --- | --- | --- | --- |"]
+    last = builds[-1]
+    lines += ["", "CPU µs per inference (server / perf_analyzer), median over the "
+              f"{'pairs' if two else 'servers'}; the {last} server's at the count ÷ at the model's first count:", "",
+              "| load | " + " | ".join(builds) + f" | {last} server ratio |", "| --- " * (2 + len(builds)) + "|"]
     for model in (ACC, STATELESS):
         counts = [c for m, c, _ in loads if m == model]
         first = {}
         for conc in counts:
-            cells, new_server = [], None
-            for build in ("old", "new"):
+            cells, last_server = [], None
+            for build in builds:
                 rs = [r for r in results if (r["build"], r["model"], r["concurrency"]) == (build, model, conc)]
                 server = [r["server_cores"] * 1e6 / r["infer_per_s"] for r in rs if r["infer_per_s"]]
                 client = [r["client_cores"] * 1e6 / r["infer_per_s"] for r in rs if r["infer_per_s"]]
                 cells.append(f"{median(server):.0f} / {median(client):.0f}" if server else "-")
-                if build == "new" and server:
-                    new_server = median(server)
-            first.setdefault(model, new_server)
-            ratio = f"{new_server / first[model]:.2f}" if new_server and first[model] else "-"
-            lines.append(f"| {model} c{conc} | {cells[0]} | {cells[1]} | {ratio} |")
+                if build == last and server:
+                    last_server = median(server)
+            first.setdefault(model, last_server)
+            ratio = f"{last_server / first[model]:.2f}" if last_server and first[model] else "-"
+            lines.append(f"| {model} c{conc} | " + " | ".join(cells) + f" | {ratio} |")
+    lines += observed_summary(results, loads, builds)
     if chat_counts:
         lines += chat_summary(chat_rows, chat_points, chat_protocols, args.pairs)
     common.write_summary(out_dir, {"header": header, "ratios": ratios, "results": results, "failures": failures,
                                    "chatload": chat_rows}, lines)
     if failures:
         sys.exit(1)
+
+
+def observed_summary(results, loads, builds):
+    """What each run held: the model's live sequences as the server counted them (active + backlog,
+    median and max over the run's samples after perf_analyzer's ramp), the server's gRPC
+    connections, perf_analyzer's threads and the calls it said it used; end-of-run errors and the
+    failures the server counted (each run already failed on any error line or failure while
+    measured)."""
+    lines = ["", "What each run held (median over the runs of each run's median of 1 s samples): live sequences "
+             "= `tritium_sequence_active` + `tritium_sequence_backlog` (max in brackets), the server's established "
+             "gRPC connections, perf_analyzer's threads and calls; end-of-run errors and server-counted failures "
+             "summed over the runs:", "",
+             "| load | build | live sequences | connections | PA threads | calls | end-of-run errors | "
+             "server failures |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for model, conc, _ in loads:
+        for build in builds:
+            rs = [r for r in results if (r["build"], r["model"], r["concurrency"]) == (build, model, conc)]
+            if not rs:
+                continue
+            obs = [r.get("observed", {}) for r in rs]
+            live = [o["live"] for o in obs if "live" in o]
+            live_cell = f"{median(live):.0f} (max {max(o['live_max'] for o in obs if 'live_max' in o):.0f})" \
+                if live else "-"
+            conns = [o["connections"] for o in obs if "connections" in o]
+            threads = [o["pa_threads"] for o in obs if "pa_threads" in o]
+            calls = sorted({r.get("pa_calls", "?") for r in rs})
+            teardown = sum(len(r.get("teardown_errors", [])) for r in rs)
+            fails = sum(r.get("server_stats_delta", {}).get("fail", 0) for r in rs)
+            lines.append(f"| {model} c{conc} | {build} | {live_cell} | "
+                         f"{median(conns):.0f} | {median(threads):.0f} | {'/'.join(calls)} | {teardown} | {fails} |"
+                         if conns and threads else
+                         f"| {model} c{conc} | {build} | {live_cell} | - | - | {'/'.join(calls)} | {teardown} | {fails} |")
+    return lines
 
 
 def chat_summary(rows, points, protocols, pairs):
