@@ -29,18 +29,6 @@ pub use stats_json::stats_json;
 use crate::frontends::restricted::Restrictions;
 use crate::server::Server;
 
-/// Workers when `--http-thread-count` is 0: two per core. A worker only decodes and encodes (the
-/// models run on their own instance threads), but with one worker per core each worker serves
-/// its share of the connections in long bursts: at add_sub over HTTP at c16 (Python backend,
-/// 2 cores) a worker woken by eight ready connections held its core while the instance's
-/// serial chain (the instance thread and its stub) waited to run, and the cores sat idle 0.3
-/// of the time in between; with two workers per core the bursts are half as long, the cores
-/// idle 0.1 and the chain ran 18 % more requests a second (loadtests/PROFILES.md, "add_sub HTTP
-/// c16: the HTTP workers' bursts").
-pub fn default_workers(cores: usize) -> usize {
-    2 * cores.max(1)
-}
-
 /// How the HTTP endpoint runs.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
