@@ -154,11 +154,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let http = if cli.allow_http {
         let addr = SocketAddr::new(cli.http_address, cli.http_port);
         let opts = frontends::http::HttpOptions {
-            workers: if cli.http_thread_count == 0 {
-                frontends::http::default_workers(num_workers())
-            } else {
-                cli.http_thread_count
-            },
+            workers: if cli.http_thread_count == 0 { num_workers() } else { cli.http_thread_count },
             max_body_bytes: cli.http_max_input_size,
             max_connections: cli.http_extra.http_max_connections,
             exit_timeout_secs: cli.exit_timeout_secs,

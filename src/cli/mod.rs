@@ -106,9 +106,9 @@ pub struct Cli {
     /// Port of the HTTP endpoint.
     #[arg(help_heading = "HTTP", long, default_value_t = 8000)]
     pub http_port: u16,
-    /// HTTP worker threads. Tritium's default, 0, means one per core and one more (Triton's is
-    /// 8): its workers only decode and encode, the models run on their own instance threads;
-    /// the one more keeps each worker's bursts short, so an instance thread waits less for a core.
+    /// HTTP worker threads. Tritium's default, 0, means one per core (Triton's is 8): its
+    /// workers only decode and encode, the models run on their own instance threads, so more
+    /// workers than cores only add switching.
     #[arg(help_heading = "HTTP", long, default_value_t = 0)]
     pub http_thread_count: usize,
     /// Largest HTTP request body accepted, in bytes (Triton's default: 64 MiB).

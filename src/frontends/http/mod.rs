@@ -29,18 +29,6 @@ pub use stats_json::stats_json;
 use crate::frontends::restricted::Restrictions;
 use crate::server::Server;
 
-/// Workers when `--http-thread-count` is 0: one per core and one more. A worker only decodes and
-/// encodes (the models run on their own instance threads), but with one worker per core each
-/// serves its share of the connections in long bursts: at add_sub over HTTP at c16 (Python
-/// backend, 2 cores) a worker woken with eight connections ready held its core while the
-/// instance's serial chain (the instance thread and its stub) waited to run, and the cores idled
-/// 0.3 of the time in between. One more worker shortens the bursts (add_sub c16 1.21x); two per
-/// core did as much there but cost ONNX mlp at c16, whose instance keeps both cores busy, 11-15 %
-/// (loadtests/PROFILES.md, "add_sub HTTP c16: the HTTP workers' bursts").
-pub fn default_workers(cores: usize) -> usize {
-    cores.max(1) + 1
-}
-
 /// How the HTTP endpoint runs.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
