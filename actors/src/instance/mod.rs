@@ -438,7 +438,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             _ => p.fail_as(stats, e, FailureReason::Backend),
         }
     }
-    for (p, outputs, own) in answers {
+    for (mut p, outputs, own) in answers {
         if let Some(trace) = &p.request.trace {
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
             trace.record_at(trace::COMPUTE_END, output_end);
@@ -474,8 +474,12 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         }
         stats.pending.fetch_sub(1, Relaxed);
         stats.responses.first.record_us(total);
-        let mut response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
-        response.times = Some(times);
+        // The request is done with: its id and model name move into the response, not cloned.
+        let id = std::mem::take(&mut p.request.id);
+        let model =
+            if p.request.model == policy.name { std::mem::take(&mut p.request.model) } else { policy.name.clone() };
+        let mut response = backend::response("", "", policy.version, outputs, true);
+        (response.id, response.model, response.times) = (id, model, Some(times));
         p.reply.send(Ok(response));
     }
     Ok(if pull { Done::Pull } else { Done::Released })
