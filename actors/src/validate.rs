@@ -57,20 +57,20 @@ const BATCH_DIM_NOTE: &str = " NOTE: Setting a non-zero max_batch_size in the mo
 /// error naming the model and the tensor on the first problem found.
 pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Result<()> {
     let model = &policy.name;
-    let tag = request_tag(&request.id);
-    let mut seen = HashSet::new();
-    for tensor in &request.inputs {
-        if !seen.insert(tensor.name.clone()) {
-            return Err(Error::invalid(format!("{tag}input '{}' already exists in request", tensor.name)));
-        }
+    // The request's tag is only written into an error: a valid request formats nothing.
+    let tag = |id: &str| request_tag(id);
+    if let Some(name) = first_duplicate(request.inputs.iter().map(|t| t.name.as_str())) {
+        return Err(Error::invalid(format!("{}input '{name}' already exists in request", tag(&request.id))));
     }
     // Triton counts the inputs before it looks at any of them.
     let required = policy.inputs.iter().filter(|i| !i.optional).count();
     if request.inputs.len() < required || request.inputs.len() > policy.inputs.len() {
-        return Err(input_count_error(policy, request, &tag));
+        return Err(input_count_error(policy, request, &tag(&request.id)));
     }
+    let id = request.id.as_str();
     let mut batch: Option<i64> = None;
     for tensor in &mut request.inputs {
+        let tag = Tag(id);
         let spec: &IoSpec = policy.input(&tensor.name).ok_or_else(|| {
             Error::invalid(format!("unexpected inference input '{}' for model '{model}'", tensor.name))
         })?;
@@ -159,15 +159,22 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
         }
     }
     // With optional inputs the count can be right while a required one is missing.
-    if policy.inputs.iter().any(|spec| !spec.optional && !seen.contains(&spec.name)) {
-        return Err(input_count_error(policy, request, &tag));
+    if policy.inputs.iter().any(|spec| !spec.optional && request.inputs.iter().all(|t| t.name != spec.name)) {
+        return Err(input_count_error(policy, request, &tag(&request.id)));
     }
+    // Each output in turn: unknown, or named before it (a set only for many names).
+    let many = request.outputs.len() > FEW_NAMES;
     let mut wanted = HashSet::new();
-    for out in &request.outputs {
+    for (i, out) in request.outputs.iter().enumerate() {
         if policy.output(&out.name).is_none() {
             return Err(Error::invalid(format!("unexpected inference output '{}' for model '{model}'", out.name)));
         }
-        if !wanted.insert(out.name.as_str()) {
+        let again = if many {
+            !wanted.insert(out.name.as_str())
+        } else {
+            request.outputs[..i].iter().any(|o| o.name == out.name)
+        };
+        if again {
             return Err(Error::invalid(format!(
                 "output '{}' is requested more than once for model '{model}'",
                 out.name
@@ -175,6 +182,28 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
         }
     }
     Ok(())
+}
+
+/// The request's tag, written only when an error is: `Display` of [`request_tag`].
+struct Tag<'a>(&'a str);
+
+impl std::fmt::Display for Tag<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&request_tag(self.0))
+    }
+}
+
+/// Up to this many names are checked for repeats pairwise, without a set.
+const FEW_NAMES: usize = 16;
+
+/// The first name that occurs twice, in the order the names come; without a set (and its
+/// allocation) for the few names a request usually has.
+fn first_duplicate<'a>(names: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    if names.clone().nth(FEW_NAMES).is_none() {
+        return names.clone().enumerate().find(|(i, n)| names.clone().take(*i).any(|m| m == *n)).map(|(_, n)| n);
+    }
+    let mut seen = HashSet::new();
+    names.into_iter().find(|n| !seen.insert(*n))
 }
 
 #[cfg(test)]
@@ -248,6 +277,36 @@ mod tests {
         r.outputs.push(RequestedOutput { name: "NOPE".into(), class_count: 0 });
         let e = validate_request(&policy(0), &mut r).unwrap_err();
         assert!(e.message.contains("unexpected inference output 'NOPE'"), "{e}");
+    }
+
+    #[test]
+    fn rejects_repeated_inputs_and_outputs_with_few_or_many_names() {
+        let mut r = req(vec![f32s("IN", vec![1, 2]), f32s("IN", vec![1, 2])]);
+        r.id = "r1".into();
+        let e = validate_request(&policy(0), &mut r).unwrap_err();
+        assert_eq!(e.message, "[request id: r1] input 'IN' already exists in request");
+        let mut r = req(vec![f32s("IN", vec![1, 2])]);
+        r.outputs = ["OUT", "OUT"].map(|n| RequestedOutput { name: n.into(), class_count: 0 }).into();
+        let e = validate_request(&policy(0), &mut r).unwrap_err();
+        assert_eq!(e.message, "output 'OUT' is requested more than once for model 'm'");
+        // An unknown output before the repeat is named first, as each output is checked in turn.
+        r.outputs.insert(1, RequestedOutput { name: "NOPE".into(), class_count: 0 });
+        let e = validate_request(&policy(0), &mut r).unwrap_err();
+        assert!(e.message.contains("unexpected inference output 'NOPE'"), "{e}");
+
+        // Past the pairwise check's few names, the first repeat is still the one named.
+        let names: Vec<String> = (0..40).map(|i| format!("N{i}")).chain(["N7".into(), "N3".into()]).collect();
+        assert_eq!(first_duplicate(names.iter().map(String::as_str)), Some("N7"));
+        assert_eq!(first_duplicate(names[..20].iter().map(String::as_str)), None);
+        assert_eq!(first_duplicate(["a", "b", "b", "a"].into_iter()), Some("b"));
+        let mut many = policy(0);
+        many.outputs = (0..20).map(|i| IoSpec::new(format!("O{i}"), DataType::F32, vec![2])).collect();
+        let mut r = req(vec![f32s("IN", vec![1, 2])]);
+        r.outputs = (0..20).chain([5]).map(|i| RequestedOutput { name: format!("O{i}"), class_count: 0 }).collect();
+        let e = validate_request(&many, &mut r).unwrap_err();
+        assert_eq!(e.message, "output 'O5' is requested more than once for model 'm'");
+        r.outputs.pop();
+        validate_request(&many, &mut r).unwrap();
     }
 
     #[test]

@@ -186,6 +186,11 @@ enum Done {
     Pull,
 }
 
+/// The inputs of a batch's one request (the batch runs on them when it holds no other).
+fn lone_inputs<'a>(requests: &[&'a crate::request::InferRequest]) -> &'a [crate::tensor::Tensor] {
+    &requests[0].inputs
+}
+
 /// Runs one batch. Returns `Err(reason)` when the backend panicked (requests already
 /// answered), else how the batch left the instance.
 fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) -> Result<Done, String> {
@@ -219,21 +224,26 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
     }
     // Whether each client has gone, for backends that let a running request notice.
     let gone = if backend.sees_cancellation() { gone::watch(&mut live) } else { gone::none() };
-    let inputs: Vec<&[crate::tensor::Tensor]> = live.iter().map(|p| p.request.inputs.as_slice()).collect();
-    let merged = match merge_inputs(&inputs) {
-        Ok(m) => m,
-        Err(e) => {
-            for p in live {
-                p.fail_as(stats, e.clone(), FailureReason::Backend);
+    // A batch of one runs on its request's own inputs: nothing to merge, nothing cloned.
+    let merged = if live.len() == 1 {
+        None
+    } else {
+        let inputs: Vec<&[crate::tensor::Tensor]> = live.iter().map(|p| p.request.inputs.as_slice()).collect();
+        match merge_inputs(&inputs) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                for p in live {
+                    p.fail_as(stats, e.clone(), FailureReason::Backend);
+                }
+                return Ok(Done::Unreleased(Vec::new()));
             }
-            return Ok(Done::Unreleased(Vec::new()));
         }
     };
     let input_end = Instant::now();
     stamp(&live, trace::COMPUTE_START, compute_start);
     stamp(&live, trace::COMPUTE_INPUT_END, input_end);
     let batch_input = |requests| BatchInput {
-        inputs: &merged,
+        inputs: merged.as_deref().unwrap_or_else(|| lone_inputs(requests)),
         outputs: &wanted,
         batch_size: total,
         request: (<[&crate::request::InferRequest]>::len(requests) == 1).then(|| requests[0]),
@@ -428,7 +438,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             _ => p.fail_as(stats, e, FailureReason::Backend),
         }
     }
-    for (p, outputs, own) in answers {
+    for (mut p, outputs, own) in answers {
         if let Some(trace) = &p.request.trace {
             trace.record_at(trace::COMPUTE_OUTPUT_START, infer_end);
             trace.record_at(trace::COMPUTE_END, output_end);
@@ -445,11 +455,13 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         if let Some((_, r)) = own {
             times = ComputeTimes { queue: times.queue, ..r };
         }
+        // One clock read for the request's total and its first response.
+        let total = p.request.received.elapsed();
         if let Some((false, _)) = own {
-            stats.record_failure(p.request.received.elapsed(), FailureReason::Backend);
+            stats.record_failure(total, FailureReason::Backend);
         } else {
             stats.record_success(&RequestTimes {
-                total: p.request.received.elapsed(),
+                total,
                 queue: times.queue,
                 compute_input: times.compute_input,
                 compute_infer: times.compute_infer,
@@ -461,9 +473,13 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
             stats.record_cache_miss(miss.insert(&outputs));
         }
         stats.pending.fetch_sub(1, Relaxed);
-        stats.responses.first.record_us(p.request.received.elapsed());
-        let mut response = backend::response(&p.request.id, &policy.name, policy.version, outputs, true);
-        response.times = Some(times);
+        stats.responses.first.record_us(total);
+        // The request is done with: its id and model name move into the response, not cloned.
+        let id = std::mem::take(&mut p.request.id);
+        let model =
+            if p.request.model == policy.name { std::mem::take(&mut p.request.model) } else { policy.name.clone() };
+        let mut response = backend::response("", "", policy.version, outputs, true);
+        (response.id, response.model, response.times) = (id, model, Some(times));
         p.reply.send(Ok(response));
     }
     Ok(if pull { Done::Pull } else { Done::Released })

@@ -190,7 +190,8 @@ impl GrpcService {
         let span = request_span(&request);
         let work = async move {
             tracing::debug!("gRPC infer request received");
-            let request_id = request.id.clone();
+            // Kept for the trace only: an untraced request clones nothing.
+            let request_id = trace.as_ref().map(|_| request.id.clone()).unwrap_or_default();
             if let Some(t) = &trace {
                 t.attach(&mut request);
                 t.record("REQUEST_START");
