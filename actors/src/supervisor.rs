@@ -160,15 +160,17 @@ impl Handler<InstanceExited> for Supervisor {
         let member = &mut self.members[m.index];
         member.alive = false;
         member.failed_starts += 1;
-        self.figures.supervisor.alive(m.index, false);
-        self.figures.supervisor.restarted(m.index, m.exit.cause());
+        let backoff = Duration::from_millis(50u64 << member.failed_starts.min(8).saturating_sub(1)).min(MAX_BACKOFF);
         tracing::warn!(model = %self.policy.name, version = self.policy.version,
             "instance {} failed ({}); restarting", self.policy.instances[m.index].name, m.exit);
         self.scheduler.down.do_send(InstanceDown { index: m.index, generation: m.generation, permanent: false });
-        let backoff = Duration::from_millis(50u64 << member.failed_starts.min(8).saturating_sub(1)).min(MAX_BACKOFF);
         let index = m.index;
         let addr = ctx.address();
         self.clock.at(self.clock.now() + backoff, Box::new(move || addr.do_send(Restart(index))));
+        // The figures last: whoever sees the restart counted finds its backoff already timed
+        // from the failure (a test advancing a manual clock on seeing it must not arm it later).
+        self.figures.supervisor.alive(m.index, false);
+        self.figures.supervisor.restarted(m.index, m.exit.cause());
     }
 }
 

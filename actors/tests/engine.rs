@@ -537,7 +537,7 @@ async fn answer_order(preserve_ordering: bool) -> Vec<u32> {
     let model = Arc::new(ModelHandle::load(&engine.handle(), policy(2, Some(dynamic)), factory).await.unwrap());
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut calls = Vec::new();
-    for (i, ms) in [(0u32, 150.0f32), (1, 1.0), (2, 1.0)] {
+    for (i, ms) in [(0u32, 300.0f32), (1, 1.0), (2, 1.0)] {
         let (model, order) = (model.clone(), order.clone());
         calls.push(tokio::spawn(async move {
             let r = model.infer(request([ms, i as f32])).await.unwrap();
@@ -556,6 +556,9 @@ async fn answer_order(preserve_ordering: bool) -> Vec<u32> {
 
 #[actix_rt::test]
 async fn preserve_ordering_answers_in_the_order_requests_came() {
-    assert_eq!(answer_order(false).await, vec![1, 2, 0], "control: the fast requests overtake the slow one");
+    // The control's two fast requests may finish in either order (or in one batch) on a loaded
+    // machine; what matters is that both overtake the slow one.
+    let control = answer_order(false).await;
+    assert_eq!(control.last(), Some(&0), "control: the fast requests overtake the slow one: {control:?}");
     assert_eq!(answer_order(true).await, vec![0, 1, 2], "preserve_ordering holds them behind it");
 }
