@@ -58,19 +58,17 @@ const BATCH_DIM_NOTE: &str = " NOTE: Setting a non-zero max_batch_size in the mo
 pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Result<()> {
     let model = &policy.name;
     // The request's tag is only written into an error: a valid request formats nothing.
-    let tag = |id: &str| request_tag(id);
+    let tag = Tag(&request.id);
     if let Some(name) = first_duplicate(request.inputs.iter().map(|t| t.name.as_str())) {
-        return Err(Error::invalid(format!("{}input '{name}' already exists in request", tag(&request.id))));
+        return Err(Error::invalid(format!("{tag}input '{name}' already exists in request")));
     }
     // Triton counts the inputs before it looks at any of them.
     let required = policy.inputs.iter().filter(|i| !i.optional).count();
     if request.inputs.len() < required || request.inputs.len() > policy.inputs.len() {
-        return Err(input_count_error(policy, request, &tag(&request.id)));
+        return Err(input_count_error(policy, request, &tag.to_string()));
     }
-    let id = request.id.as_str();
     let mut batch: Option<i64> = None;
     for tensor in &mut request.inputs {
-        let tag = Tag(id);
         let spec: &IoSpec = policy.input(&tensor.name).ok_or_else(|| {
             Error::invalid(format!("unexpected inference input '{}' for model '{model}'", tensor.name))
         })?;
@@ -160,7 +158,7 @@ pub fn validate_request(policy: &ModelPolicy, request: &mut InferRequest) -> Res
     }
     // With optional inputs the count can be right while a required one is missing.
     if policy.inputs.iter().any(|spec| !spec.optional && request.inputs.iter().all(|t| t.name != spec.name)) {
-        return Err(input_count_error(policy, request, &tag(&request.id)));
+        return Err(input_count_error(policy, request, &tag.to_string()));
     }
     // Each output in turn: unknown, or named before it (a set only for many names).
     let many = request.outputs.len() > FEW_NAMES;

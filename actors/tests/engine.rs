@@ -56,6 +56,12 @@ fn factory(delay: Duration, seen: Arc<Mutex<Vec<usize>>>) -> Arc<dyn BackendFact
     })
 }
 
+/// The add-one model with one instance and no dynamic batching, each batch taking `delay`,
+/// shared by the test's concurrent callers.
+async fn one_instance(engine: &Engine, delay: Duration, seen: Arc<Mutex<Vec<usize>>>) -> Arc<ModelHandle> {
+    Arc::new(ModelHandle::load(&engine.handle(), policy(1, None), factory(delay, seen)).await.unwrap())
+}
+
 fn request(vals: [f32; 2]) -> InferRequest {
     let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     InferRequest::new("addone", vec![Tensor::new("IN", DataType::F32, vec![1, 2], Bytes::from(data))])
@@ -113,11 +119,7 @@ async fn a_lone_request_goes_straight_to_the_free_instance_and_counts_as_before(
 async fn requests_that_find_the_instance_busy_wait_in_the_batcher_without_the_schedulers_hop() {
     let engine = Engine::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let model = Arc::new(
-        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(150), seen.clone()))
-            .await
-            .unwrap(),
-    );
+    let model = one_instance(&engine, Duration::from_millis(150), seen.clone()).await;
     model.infer(request([0.0, 0.0])).await.unwrap();
     let before = model.figures.snapshot().scheduler.direct;
     seen.lock().unwrap().clear();
@@ -148,11 +150,7 @@ async fn requests_that_find_the_instance_busy_wait_in_the_batcher_without_the_sc
 async fn a_request_queued_behind_a_busy_instance_whose_client_left_is_cancelled_before_it_runs() {
     let engine = Engine::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let model = Arc::new(
-        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(400), seen.clone()))
-            .await
-            .unwrap(),
-    );
+    let model = one_instance(&engine, Duration::from_millis(400), seen.clone()).await;
     let (reply, running) = Reply::once();
     model.submit(request([1.0, 0.0]), reply).unwrap();
     settle(|| seen.lock().unwrap().len() == 1).await;
@@ -225,11 +223,7 @@ async fn dynamic_batching_merges_concurrent_requests_and_splits_answers() {
 async fn without_dynamic_batching_each_request_runs_alone() {
     let engine = Engine::new();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let model = Arc::new(
-        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(2), seen.clone()))
-            .await
-            .unwrap(),
-    );
+    let model = one_instance(&engine, Duration::from_millis(2), seen.clone()).await;
     let calls = (0..8).map(|i| {
         let model = model.clone();
         async move { model.infer(request([i as f32, 0.0])).await.unwrap() }
@@ -457,11 +451,7 @@ async fn the_batcher_waits_its_delay_on_virtual_time_then_sends_one_batch() {
 #[actix_rt::test]
 async fn unload_lets_queued_requests_finish() {
     let engine = Engine::new();
-    let model = Arc::new(
-        ModelHandle::load(&engine.handle(), policy(1, None), factory(Duration::from_millis(10), Default::default()))
-            .await
-            .unwrap(),
-    );
+    let model = one_instance(&engine, Duration::from_millis(10), Default::default()).await;
     let mut receivers = Vec::new();
     for i in 0..10 {
         let (reply, rx) = Reply::once();

@@ -136,6 +136,14 @@ mod tests {
         batch.iter().map(|p| p.request.id.clone()).collect()
     }
 
+    /// Instance `index` (generation 1) finishes while requests wait and pulls its next batch:
+    /// the ids of that batch.
+    fn next(lane: &Lane, index: usize) -> Vec<String> {
+        assert_eq!(lane.finish(index, 1).0, Finish::Pull);
+        let Pulled::Batch(b) = lane.pull(index, 1).0 else { panic!("a request waits") };
+        ids(&b)
+    }
+
     #[test]
     fn a_request_finding_every_instance_busy_waits_in_the_batcher_without_the_scheduler() {
         let Setup { lane, figures, _inboxes: _held } = busy(&policy(SchedulerPolicy::Direct, 2));
@@ -151,20 +159,12 @@ mod tests {
         assert_eq!((f.queue_len, f.lane_queued), (3, 3));
         assert!(lane.waiting());
         // The instances take them in their order of arrival as they finish, then free themselves.
-        assert_eq!(lane.finish(1, 1).0, Finish::Pull);
-        let Pulled::Batch(b) = lane.pull(1, 1).0 else { panic!("a request waits") };
-        assert_eq!(ids(&b), ["a"]);
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
-        let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("a request waits") };
-        assert_eq!(ids(&b), ["b"]);
+        assert_eq!(next(&lane, 1), ["a"]);
+        assert_eq!(next(&lane, 0), ["b"]);
         // One arrives meanwhile: behind "c".
         assert!(matches!(lane.route(pending("d"), false), Route::Queued));
-        assert_eq!(lane.finish(1, 1).0, Finish::Pull);
-        let Pulled::Batch(b) = lane.pull(1, 1).0 else { panic!("a request waits") };
-        assert_eq!(ids(&b), ["c"]);
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
-        let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("a request waits") };
-        assert_eq!(ids(&b), ["d"]);
+        assert_eq!(next(&lane, 1), ["c"]);
+        assert_eq!(next(&lane, 0), ["d"]);
         assert_eq!(figures.scheduler().queue_len, 0);
         assert_eq!(lane.finish(1, 1).0, Finish::Freed);
         assert_eq!(lane.finish(0, 1).0, Finish::Freed);
