@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 /// A count and a cumulative duration in nanoseconds.
 #[derive(Debug, Default)]
@@ -212,6 +212,12 @@ pub struct ModelStats {
     /// The backend's response statistics, by response index.
     response_stats: Mutex<BTreeMap<String, ResponseFigures>>,
     observer: std::sync::OnceLock<Box<dyn StatsObserver>>,
+    /// Keeps a snapshot whole: every record that changes several figures holds it shared (so
+    /// records never wait for one another), [`ModelStats::snapshot`] holds it alone, so it never
+    /// sees a request counted in one figure and not yet in the next. perf_analyzer subtracts two
+    /// snapshots and aborts when their compute counts differ, as Triton's statistics (kept under
+    /// one mutex) never let them.
+    whole: RwLock<()>,
     /// Where the model's memory usage is read, for a backend that reports it.
     memory_usage: std::sync::OnceLock<MemoryUsageSource>,
     /// When a request's responses go out: the first, and the gaps between a decoupled
@@ -277,12 +283,15 @@ pub struct RequestTimes {
 
 impl ModelStats {
     pub fn record_success(&self, t: &RequestTimes) {
-        self.success.add(t.total);
-        self.queue.add(t.queue);
-        self.compute_input.add(t.compute_input);
-        self.compute_infer.add(t.compute_infer);
-        self.compute_output.add(t.compute_output);
-        self.inference_count.fetch_add(t.batch_size, Relaxed);
+        {
+            let _whole = self.whole.read();
+            self.success.add(t.total);
+            self.queue.add(t.queue);
+            self.compute_input.add(t.compute_input);
+            self.compute_infer.add(t.compute_infer);
+            self.compute_output.add(t.compute_output);
+            self.inference_count.fetch_add(t.batch_size, Relaxed);
+        }
         self.last_inference_ms.store(now_ms(), Relaxed);
         if let Some(o) = self.observer.get() {
             o.success(t);
@@ -310,9 +319,12 @@ impl ModelStats {
     /// A request answered from the response cache (Triton's `UpdateSuccessCacheHit`): a
     /// success with its queue time, no compute, no inference and no execution counted.
     pub fn record_cache_hit(&self, total: Duration, queue: Duration, lookup: Duration) {
-        self.success.add(total);
-        self.queue.add(queue);
-        self.cache_hit.add(lookup);
+        {
+            let _whole = self.whole.read();
+            self.success.add(total);
+            self.queue.add(queue);
+            self.cache_hit.add(lookup);
+        }
         if let Some(o) = self.observer.get() {
             o.cache_hit(queue, lookup);
         }
@@ -321,20 +333,25 @@ impl ModelStats {
     /// A request that missed the cache and was answered by its model, which counted it; its
     /// lookup and insertion add to its duration (Triton's `UpdateSuccessCacheMiss`).
     pub fn record_cache_miss(&self, lookup_and_insert: Duration) {
-        self.success.add_ns(lookup_and_insert);
-        self.cache_miss.add(lookup_and_insert);
+        {
+            let _whole = self.whole.read();
+            self.success.add_ns(lookup_and_insert);
+            self.cache_miss.add(lookup_and_insert);
+        }
         if let Some(o) = self.observer.get() {
             o.cache_miss(lookup_and_insert);
         }
     }
 
     pub fn record_failure(&self, total: Duration, reason: FailureReason) {
+        let _whole = self.whole.read();
         self.fail.add(total);
         *self.failures.lock().entry(reason).or_default() += 1;
     }
 
     /// One model execution of `batch_size` items.
     pub fn record_execution(&self, batch_size: u64, input: Duration, infer: Duration, output: Duration) {
+        let _whole = self.whole.read();
         self.execution_count.fetch_add(1, Relaxed);
         let mut batches = self.batches.lock();
         let b = batches.entry(batch_size).or_default();
@@ -409,6 +426,8 @@ impl ModelStats {
     /// The statistics as counted now; a reader that must include the requests its clients
     /// have answers to awaits [`ModelStats::settled`] first.
     pub fn snapshot(&self) -> StatsSnapshot {
+        let memory_usage = self.memory_usage.get().map_or_else(Vec::new, |read| read());
+        let _whole = self.whole.write();
         StatsSnapshot {
             last_inference_ms: self.last_inference_ms.load(Relaxed),
             inference_count: self.inference_count.load(Relaxed),
@@ -425,7 +444,7 @@ impl ModelStats {
             batches: self.batches.lock().clone(),
             pending: self.pending.load(Relaxed),
             responses: self.response_stats.lock().clone(),
-            memory_usage: self.memory_usage.get().map_or_else(Vec::new, |read| read()),
+            memory_usage,
         }
     }
 }
@@ -436,6 +455,48 @@ mod tests {
 
     fn report(index: u64, kind: ResponseKind, start: u64, output: u64, end: u64) -> ResponseReport {
         ResponseReport { index, kind, start_ns: start, compute_output_start_ns: output, end_ns: end }
+    }
+
+    /// perf_analyzer subtracts two snapshots taken while requests are being counted and aborts
+    /// ("Server side statistics compute counts must be the same") when a snapshot holds a request
+    /// in one figure and not yet in the next: every snapshot must be whole.
+    #[test]
+    fn a_snapshot_taken_while_requests_are_counted_is_whole() {
+        let s = std::sync::Arc::new(ModelStats::default());
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (s, done) = (s.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let d = Duration::from_micros(3);
+                    let t = RequestTimes {
+                        total: d,
+                        queue: d,
+                        compute_input: d,
+                        compute_infer: d,
+                        compute_output: d,
+                        batch_size: 1,
+                    };
+                    for _ in 0..200_000 {
+                        s.record_success(&t);
+                    }
+                    done.store(true, SeqCst);
+                })
+            })
+            .collect();
+        let mut looked = 0;
+        while !done.load(SeqCst) || looked == 0 {
+            let snap = s.snapshot();
+            let counts =
+                [snap.success.0, snap.queue.0, snap.compute_input.0, snap.compute_infer.0, snap.compute_output.0];
+            assert!(counts.iter().all(|c| *c == counts[0]), "torn snapshot: {counts:?}");
+            assert_eq!(snap.inference_count, counts[0], "inference count apart from the compute counts");
+            looked += 1;
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(s.snapshot().compute_infer.0, 400_000);
     }
 
     #[test]
