@@ -14,8 +14,16 @@ sequences, are listed, as in sequences.py).
 
   .venv/bin/python loadtests/sequence_scaling.py --old PATH [--new PATH] [--pairs 2]
       [--pa-mode auto|sync|async|streaming] [--max-threads 16] [--pa-channel-share N]
+      [--server-cpus LIST --pa-cpus LIST]
 
 Without --new, one binary runs on --pairs servers one after the other (repeats of one build).
+
+Where each side runs (--server-cpus, --pa-cpus: CPU lists as `taskset -c` reads them, e.g. `0,1`
+and `2-15`): the server's threads and perf_analyzer's are held to their own CPUs. On a 2-core
+machine both share the two cores, and perf_analyzer's own CPU per inference grows about 1.5x from
+64 to 4,000 sequences (one client and one thread per sequence, in every mode: loadtests/PROFILES.md),
+so the c4000 ratio there is mostly perf_analyzer's; with perf_analyzer on cores of its own that
+it does not exhaust, the ratio is the server's.
 
 How perf_analyzer sends (--pa-mode, recorded in the summary's header and each run's row): `auto`
 (the default, what every earlier run of this script did) passes no flag, and perf_analyzer then
@@ -51,6 +59,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -215,6 +224,21 @@ def chat_leg(args, srv, out_dir, label, pair, points, protocols):
     return rows
 
 
+def pinned_pa(pa, cpus, out_dir):
+    """A wrapper that runs perf_analyzer held to `cpus`. It execs (taskset, then the wrapper
+    perf_analyzer is installed with), so the process the samplers find is perf_analyzer itself."""
+    path = os.path.join(out_dir, "perf_analyzer-pinned")
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\nexec taskset -c {shlex.quote(cpus)} {shlex.quote(os.path.abspath(pa))} "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def pin_tree(pid, cpus):
+    """Holds every thread of `pid` to `cpus`; threads it starts later inherit their creator's set."""
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, stdout=subprocess.DEVNULL)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     common.add_common_args(ap, interval_ms=3000)
@@ -229,6 +253,8 @@ def main():
     ap.add_argument("--pa-channel-share", type=int, default=None,
                     help="TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT for perf_analyzer: how many of its gRPC clients "
                          "share one connection (its default 6: at 4,000 sequences, 667 connections)")
+    ap.add_argument("--server-cpus", help="taskset CPU list the server's threads are held to (e.g. 0,1)")
+    ap.add_argument("--pa-cpus", help="taskset CPU list perf_analyzer is held to (e.g. 2-15)")
     ap.add_argument("--counts", default="64,1000,4000")
     ap.add_argument("--stateless-counts", default="64,1000")
     ap.add_argument("--chatload", help="loadtests/chatload (release): also run the closed-loop chatload leg")
@@ -254,7 +280,9 @@ def main():
     if args.pa_channel_share:
         os.environ["TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"] = str(args.pa_channel_share)
     header.update(pa_mode=args.pa_mode, pa_mode_flags=pa_flags, single_binary=single,
-                  pa_channel_share=args.pa_channel_share or 6)
+                  pa_channel_share=args.pa_channel_share or 6, server_cpus=args.server_cpus, pa_cpus=args.pa_cpus)
+    if args.pa_cpus:
+        args.perf_analyzer = pinned_pa(args.perf_analyzer, args.pa_cpus, out_dir)
     builds = ("old",) if single else ("old", "new")
     loads = [(ACC, int(c), ["--sequence-length", "10"]) for c in args.counts.split(",")]
     loads += [(STATELESS, int(c), []) for c in args.stateless_counts.split(",") if c]
@@ -278,6 +306,8 @@ def main():
             with common.bench_server(binary, args.onnxruntime_library, args.model_repository, out_dir,
                                      models=[ACC, STATELESS], ready=models, edit_repo=edit,
                                      log_name=f"server-{label}-{pair + 1}.log", prefix="scal-") as srv:
+                if args.server_cpus:
+                    pin_tree(srv.proc.pid, args.server_cpus)
                 for model, conc, extra in loads:
                     name = f"pair{pair + 1}-{label}-{model}-c{conc}"
                     cpu0, pa0, t0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s(), time.monotonic()
@@ -321,6 +351,7 @@ def main():
     lines = [f"# Sequence scaling, same run: {header['time']}", "",
              f"{what}; perf_analyzer mode `{args.pa_mode}` ({' '.join(pa_flags) or 'no flag'}), "
              f"{args.pa_channel_share or 6} gRPC clients per connection; "
+             f"server on CPUs {args.server_cpus or 'all'}, perf_analyzer on {args.pa_cpus or 'all'}; "
              f"-p {args.interval_ms} ms; failed runs: {len(failures)}. Ratio: infer/s at the count ÷ infer/s at "
              "the model's first count, on the same server in the same pair; median (min–max) over the "
              f"{'pairs' if two else 'servers'}.", "",
