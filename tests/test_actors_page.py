@@ -466,6 +466,9 @@ def test_each_instance_shows_the_batch_it_runs_and_ran_last(tmp_path):
             assert (done["executing"], done["current_batch_size"], done["last_batch_size"]) == (False, 0, len(xs))
         sched = by_name(actors(srv, "?model=batched"))[("batched", "1")]["scheduler"]
         assert (sched["batches"], sched["items"]) == (2, 5), sched
+        # Each found the model idle with nothing else in flight: straight from the HTTP worker
+        # to the instance, without the batcher's 200 ms delay.
+        assert (sched["direct"], sched["pulled"], sched["lane_queued"]) == (2, 0, 0), sched
     finally:
         assert srv.stop() == 0, srv.log_tail()
 

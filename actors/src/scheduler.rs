@@ -126,8 +126,9 @@ impl<Q: Queue> Scheduler<Q> {
             let free: Vec<usize> = lane.free().into_iter().filter(|&i| self.slots[i].mailbox.is_some()).collect();
             let mut wait: Option<Instant> = None;
             let mut found = None;
-            // Nothing executing: a lone queued request has nothing to wait for.
-            let idle = lane.all_free();
+            // Nothing executing, and the load not concurrent: a lone queued request has
+            // nothing to wait for.
+            let idle = lane.lone_goes(now);
             for idx in free {
                 match self.queue.next(idx, now, idle) {
                     Next::Empty => continue,

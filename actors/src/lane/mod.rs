@@ -9,8 +9,9 @@
 //! (or some are on their way to the scheduler) while an instance is free, submitters go through
 //! the scheduler, and an instance that frees itself tells it. So priorities, `max_queue_size`,
 //! queue timeouts, the batcher's delay and preferred sizes decide as before; the lane only
-//! skips the scheduler when the batcher would have sent the request alone at once (Triton's dynamic batcher
-//! does the same with an idle model: a lone request waits for no delay when nothing runs). Sequence models
+//! skips the scheduler when the batcher would have sent the request alone at once: nothing runs
+//! and the model's requests have not come in company lately (`State::company_until`; Triton's
+//! dynamic batcher makes even a lone client's request wait for its delay). Sequence models
 //! have a lane of their own (`sequence`): their requests go into the sequence batcher, shared under a lock,
 //! and to a free instance from there. Decoupled models keep the scheduler for every request.
 //!
@@ -94,6 +95,12 @@ struct State {
     /// The scheduler's timer, as of its last turn: it takes a turn then (or soon after). Also
     /// set to the time of a turn the lane asked for (`busy`), until that turn.
     armed: Option<Instant>,
+    /// Until then the load counts as concurrent: a request came while another of the model's
+    /// ran or waited less than `COMPANY_WINDOW` ago. A lone request on an idle model then
+    /// waits for the batcher's delay, as Triton's always does, for the others to join it; it
+    /// goes at once only when nothing came in company for that long (a lone client, whose
+    /// request nobody else's could join).
+    company_until: Option<Instant>,
 }
 
 impl State {
@@ -104,7 +111,18 @@ impl State {
     fn backlog(&self) -> bool {
         self.in_flight > 0 || self.queued > 0
     }
+
+    /// Whether the model's requests came in company lately (`company_until`).
+    fn company(&self, now: Instant) -> bool {
+        self.company_until.is_some_and(|t| now < t)
+    }
 }
+
+/// How long after a request came in company (while another of the model's requests ran or
+/// waited) a lone request on an idle model still waits for the batcher's delay. Under a
+/// concurrent load requests come that close together (at c16 over mlp, one every 100-150 µs);
+/// a lone client's never come in company at all.
+pub(crate) const COMPANY_WINDOW: Duration = Duration::from_millis(10);
 
 /// What an instance that finished its batch does next (`Lane::finish`).
 #[derive(Debug, PartialEq, Eq)]
@@ -199,6 +217,7 @@ impl Lane {
                 queued: 0,
                 open: true,
                 armed: None,
+                company_until: None,
             }),
         }
     }
@@ -220,11 +239,19 @@ impl Lane {
         if self.direct {
             loop {
                 let mut s = self.state.lock();
+                let all_free = s.free.len() == s.live();
+                let mut company = false;
+                if self.delays {
+                    let now = self.clock.now();
+                    if !all_free || s.backlog() {
+                        s.company_until = Some(now + COMPANY_WINDOW);
+                    }
+                    company = s.company(now);
+                }
                 if self.queues && s.free.is_empty() && s.open && s.in_flight == 0 && s.live() > 0 {
                     return self.route_busy(s, p);
                 }
-                let all_free = s.free.len() == s.live();
-                if !s.open || s.backlog() || (self.delays && !all_free) {
+                if !s.open || s.backlog() || (self.delays && (!all_free || company)) {
                     s.in_flight += 1;
                     return Route::Scheduler(p);
                 }
@@ -304,8 +331,9 @@ impl Lane {
             let now = self.clock.now();
             let mut q = batcher.lock();
             expired = q.take_expired(now);
-            // Nothing else executes: a lone request need not wait for company.
-            let idle = s.free.len() + 1 >= s.live();
+            // Nothing else executes and the load is not concurrent: a lone request need not
+            // wait for company.
+            let idle = s.free.len() + 1 >= s.live() && !s.company(now);
             let next = q.next(now, idle);
             s.queued = q.len();
             self.figures.scheduler.queued(s.queued);
@@ -344,7 +372,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{InstanceKind, InstanceSpec};
-    use crate::clock::SystemClock;
+    use crate::clock::{Clock, ManualClock, SystemClock};
     use crate::mailbox::{mailbox, Receiver};
     use crate::policy::{DynamicBatchPolicy, SequencePolicy, SequenceStrategy, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
@@ -485,6 +513,45 @@ mod tests {
         let (lane, _inboxes) = self::lane(&policy(SchedulerPolicy::Dynamic(no_delay), 2));
         assert!(direct(lane.route(pending(), false)).is_some());
         assert!(direct(lane.route(pending(), false)).is_some());
+    }
+
+    #[test]
+    fn a_lone_request_waits_for_the_delay_while_the_models_requests_come_in_company() {
+        let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
+        let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
+        let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
+        let clock = ManualClock::new();
+        let lane = Lane::new(&p, Some(batcher.clone()), None, clock.clone(), figures(&p));
+        let (tx, rx) = mailbox();
+        lane.turn().up(0, 1, tx, None);
+        // A lone client: each request finds the model idle and goes at once.
+        for _ in 0..2 {
+            assert_eq!(direct(lane.route(pending(), false)), Some(0));
+            rx.try_recv().unwrap();
+            assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+            assert!(lane.turn().lone_goes(clock.now()));
+            clock.advance(Duration::from_millis(1));
+        }
+        // Another request comes while one runs: it waits in the batcher.
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
+        rx.try_recv().unwrap();
+        let mut joining = pending();
+        joining.enqueued = clock.now();
+        assert!(matches!(lane.route(joining, false), Route::Queued));
+        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        // Pulled with its delay still running, it waits for company though nothing executes.
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
+        assert!(!lane.turn().lone_goes(clock.now()));
+        drop(batcher.lock().drain_all());
+        lane.turn().publish(0, 0);
+        // The next request to find the model idle goes to the scheduler's batcher, not straight
+        // to the instance, for as long as the window lasts.
+        clock.advance(COMPANY_WINDOW - Duration::from_micros(1));
+        assert!(matches!(lane.route(pending(), false), Route::Scheduler(_)));
+        lane.unsent();
+        clock.advance(Duration::from_micros(1));
+        assert!(lane.turn().lone_goes(clock.now()));
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
     }
 
     #[test]

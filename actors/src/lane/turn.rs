@@ -24,6 +24,12 @@ impl Turn<'_> {
         self.s.free.len() == self.s.live()
     }
 
+    /// Whether a lone queued request may go at once: no instance executes, and the model's
+    /// requests have not come in company lately (`State::company_until`).
+    pub fn lone_goes(&self, now: Instant) -> bool {
+        self.all_free() && !self.s.company(now)
+    }
+
     /// Takes a free instance for a batch.
     pub fn take(&mut self, index: usize) {
         self.s.free.retain(|&i| i != index);
