@@ -199,19 +199,29 @@ impl Batcher {
             })
     }
 
-    /// The next batch, if one should go now. Requests are taken in priority order. `idle`:
-    /// no instance is executing, so a lone request goes at once — no request of this model is
-    /// in the server that could bring another one to join it, and waiting `max_delay` would
-    /// only add latency (under load requests queue behind running ones and the delay applies).
+    /// The next batch, if one should go now. Requests are taken in priority order, as Triton's
+    /// dynamic batcher takes them:
+    /// - a preferred size reachable from the head goes at once, the largest one, while the head's delay runs
+    ///   (also past the largest preferred size: what stays under it);
+    /// - once the head waited `max_delay`, or the batch cannot grow (`max_batch_size`, a request of another
+    ///   shape, the largest preferred size reached), everything that fits goes;
+    /// - else it waits for the head's delay.
+    ///
+    /// `idle`: no instance is executing and the load is not concurrent, so a lone request goes
+    /// at once: no other request is in the server to join it, and waiting `max_delay` would
+    /// only add latency.
     pub fn next(&mut self, now: Instant, idle: bool) -> Next {
         let Some(head) = self.entries().next().map(|e| &e.p) else { return Next::Empty };
         if !self.dynamic {
             return Next::Batch(vec![self.pop_front().expect("not empty")]);
         }
-        // Count how many requests from the head can join one batch.
+        let max_preferred = self.preferred.last().copied();
+        // Count how many requests from the head can join one batch, and the longest prefix of
+        // them to send within the delay (a preferred size, or what stays under the largest).
         let mut items = 0usize;
         let mut count = 0usize;
         let mut blocked = false;
+        let mut within_delay = None;
         for p in self.entries().map(|e| &e.p) {
             if count > 0 && !Self::compatible(head, p) {
                 blocked = true;
@@ -221,29 +231,24 @@ impl Batcher {
                 blocked = true;
                 break;
             }
+            if count > 0 && within_delay.is_none() && max_preferred.is_some_and(|m| items + p.batch_size > m) {
+                within_delay = Some(count);
+            }
             items += p.batch_size;
             count += 1;
+            if self.preferred.binary_search(&items).is_ok() {
+                within_delay = Some(count);
+            }
         }
         let deadline = head.enqueued + self.max_delay;
-        let full = items >= self.max_items || blocked;
-        let preferred_hit = self.preferred.binary_search(&items).is_ok();
-        let lone = idle && count == 1 && self.len() == 1;
-        let ready = full || preferred_hit || lone || self.max_delay.is_zero() || now >= deadline;
-        if !ready {
-            return Next::WaitUntil(deadline);
-        }
-        // With preferred sizes, send the largest preferred size reachable now, if any.
-        if !preferred_hit && !full && !self.preferred.is_empty() {
-            let mut acc = 0usize;
-            let mut best = None;
-            for (i, p) in self.entries().map(|e| &e.p).take(count).enumerate() {
-                acc += p.batch_size;
-                if self.preferred.binary_search(&acc).is_ok() {
-                    best = Some(i + 1);
-                }
-            }
-            if let Some(n) = best {
-                count = n;
+        let late = !self.max_delay.is_zero() && now >= deadline;
+        if let (Some(n), false) = (within_delay, late) {
+            count = n;
+        } else {
+            let full = blocked || items >= self.max_items || max_preferred.is_some_and(|m| items >= m);
+            let lone = idle && count == 1 && self.len() == 1;
+            if !(full || late || lone || self.max_delay.is_zero()) {
+                return Next::WaitUntil(deadline);
             }
         }
         Next::Batch((0..count).map(|_| self.pop_front().expect("counted")).collect())
@@ -425,7 +430,7 @@ mod tests {
     }
 
     #[test]
-    fn preferred_size_goes_at_once_and_shapes_a_late_batch() {
+    fn a_preferred_size_goes_at_once_and_a_late_batch_takes_all_that_waits() {
         let mut b = Batcher::new(&policy(Some(DynamicBatchPolicy {
             preferred_batch_sizes: vec![4],
             max_queue_delay: Duration::from_secs(10),
@@ -436,13 +441,38 @@ mod tests {
             b.push(pending(1, 4, now)).unwrap();
         }
         assert_eq!(sizes(b.next(now, false)).len(), 4);
+        // 5 queued, max 8, preferred 4: the preferred size goes at once, as in Triton...
         for _ in 0..5 {
             b.push(pending(1, 4, now)).unwrap();
         }
-        // 5 queued, max 8, preferred 4: not full and 5 is not preferred, so it waits...
+        assert_eq!(sizes(b.next(now, false)).len(), 4);
+        // ...and what is left waits for the head's delay.
+        b.push(pending(1, 4, now)).unwrap();
         assert!(matches!(b.next(now, false), Next::WaitUntil(_)));
-        // ...and at the deadline it sends the largest preferred size it can.
-        assert_eq!(sizes(b.next(now + Duration::from_secs(10), false)).len(), 4);
+        assert_eq!(sizes(b.next(now + Duration::from_secs(10), false)).len(), 2);
+        // Requests that waited past the delay (behind a busy instance) all go, not the preferred
+        // size: Triton's batcher sends what is pending once the delay is exceeded.
+        for _ in 0..6 {
+            b.push(pending(1, 4, now)).unwrap();
+        }
+        assert_eq!(sizes(b.next(now + Duration::from_secs(10), false)), vec![1; 6]);
+    }
+
+    #[test]
+    fn past_the_largest_preferred_size_what_stays_under_it_goes_within_the_delay() {
+        let mut b = Batcher::new(&policy(Some(DynamicBatchPolicy {
+            preferred_batch_sizes: vec![4],
+            max_queue_delay: Duration::from_secs(10),
+            ..Default::default()
+        })));
+        let now = Instant::now();
+        // Requests of 3 items: 3 is not preferred and 6 is past 4, so the first goes alone.
+        for _ in 0..2 {
+            b.push(pending(3, 4, now)).unwrap();
+        }
+        assert_eq!(sizes(b.next(now, false)), vec![3]);
+        // A lone one under the largest preferred size waits for company.
+        assert!(matches!(b.next(now, false), Next::WaitUntil(_)));
     }
 
     #[test]
