@@ -126,7 +126,7 @@ impl InstanceCore {
             return Step::Exit(InstanceExit::BackendFailed(e));
         }
         let pull = match done {
-            Done::Unreleased(rescheduled) => super::free(env, rescheduled),
+            Done::Unreleased(rescheduled) => super::free(env, rescheduled, took),
             Done::Released => false,
             Done::Pull => true,
         };

@@ -425,7 +425,7 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
         .collect();
     // The state of every sequence in the batch is stored and the execution counted: the
     // instance is free before its answers go out.
-    let pull = free(env, rescheduled);
+    let pull = free(env, rescheduled, output_end - compute_start);
     for (p, e, own) in failed {
         match own {
             // The backend counted the request a success although it answered an error (as
@@ -489,10 +489,10 @@ fn execute(env: &InstanceActor, backend: &mut dyn Backend, batch: Vec<Pending>) 
 /// when it hands no request back and nothing waits; returns true when requests wait, for it to
 /// pull its next batch once its answers are out. Otherwise the scheduler hears it is free, with
 /// the requests to run again.
-fn free(env: &InstanceActor, rescheduled: Vec<Pending>) -> bool {
+fn free(env: &InstanceActor, rescheduled: Vec<Pending>, took: Duration) -> bool {
     let (index, generation) = (env.spec.index, env.generation);
     if rescheduled.is_empty() {
-        let (finish, failed) = env.lane.finish(index, generation);
+        let (finish, failed) = env.lane.finish(index, generation, took);
         // Requests of the batch's sequences that can no longer run (no START after an END).
         for (p, e) in failed {
             p.fail(&env.stats, e);

@@ -139,7 +139,7 @@ mod tests {
     /// Instance `index` (generation 1) finishes while requests wait and pulls its next batch:
     /// the ids of that batch.
     fn next(lane: &Lane, index: usize) -> Vec<String> {
-        assert_eq!(lane.finish(index, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(index, 1, Duration::ZERO).0, Finish::Pull);
         let Pulled::Batch(b) = lane.pull(index, 1).0 else { panic!("a request waits") };
         ids(&b)
     }
@@ -166,8 +166,8 @@ mod tests {
         assert_eq!(next(&lane, 1), ["c"]);
         assert_eq!(next(&lane, 0), ["d"]);
         assert_eq!(figures.scheduler().queue_len, 0);
-        assert_eq!(lane.finish(1, 1).0, Finish::Freed);
-        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+        assert_eq!(lane.finish(1, 1, Duration::ZERO).0, Finish::Freed);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Freed);
         assert!(!lane.waiting());
         assert!(matches!(lane.route(pending("e"), false), Route::Direct { .. }));
     }
@@ -223,7 +223,7 @@ mod tests {
         }
         // Two queued: the batch may grow, so the instance that finishes is free and the
         // scheduler must hear it (it times the delay).
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1).0, Pulled::Free { tell: true }));
         // An instance is free now: the next request goes to the scheduler, whose batcher waits.
         assert!(matches!(lane.route(pending("c"), false), Route::Scheduler(_)));

@@ -101,6 +101,11 @@ struct State {
     /// goes at once only when nothing came in company for that long (a lone client, whose
     /// request nobody else's could join).
     company_until: Option<Instant>,
+    /// The batching delay (`max_queue_delay_microseconds`; zero without dynamic batching).
+    max_delay: Duration,
+    /// The recent executions' average time (the last few, weighted to the latest), as the
+    /// instances report them when they finish (`Lane::finish`); `None` before the first.
+    recent_execution: Option<Duration>,
 }
 
 impl State {
@@ -112,16 +117,21 @@ impl State {
         self.in_flight > 0 || self.queued > 0
     }
 
-    /// Whether the model's requests came in company lately (`company_until`).
+    /// Whether a lone request on an idle model waits for the batcher's delay: the model's
+    /// requests came in company lately (`company_until`), and its executions take longer than
+    /// the delay. A batch of one that ends before the delay would have run out keeps nobody
+    /// waiting longer than the delay would (those that come meanwhile form the next batch), so
+    /// a small model's lone request still goes at once.
     fn company(&self, now: Instant) -> bool {
-        self.company_until.is_some_and(|t| now < t)
+        self.company_until.is_some_and(|t| now < t) && self.recent_execution.is_some_and(|e| e > self.max_delay)
     }
 }
 
 /// How long after a request came in company (while another of the model's requests ran or
-/// waited) a lone request on an idle model still waits for the batcher's delay. Under a
-/// concurrent load requests come that close together (at c16 over mlp, one every 100-150 µs);
-/// a lone client's never come in company at all.
+/// waited) a lone request on an idle model still waits for the batcher's delay (when the
+/// model's executions outlast the delay: `State::company`). Under a concurrent load requests
+/// come that close together (at c16 over mlp, one every 100-150 µs); a lone client's never come
+/// in company at all.
 pub(crate) const COMPANY_WINDOW: Duration = Duration::from_millis(10);
 
 /// What an instance that finished its batch does next (`Lane::finish`).
@@ -196,7 +206,11 @@ impl Lane {
         clock: SharedClock,
         figures: Arc<ModelFigures>,
     ) -> Self {
-        let delays = matches!(&policy.scheduler, SchedulerPolicy::Dynamic(d) if !d.max_queue_delay.is_zero());
+        let max_delay = match &policy.scheduler {
+            SchedulerPolicy::Dynamic(d) => d.max_queue_delay,
+            _ => Duration::ZERO,
+        };
+        let delays = !max_delay.is_zero();
         let direct = policy.sequence().is_none() && !policy.decoupled;
         let takes_sequences = policy.sequence().is_some_and(|s| !s.iterative) && !policy.decoupled;
         let batcher = batcher.filter(|_| direct);
@@ -218,6 +232,8 @@ impl Lane {
                 open: true,
                 armed: None,
                 company_until: None,
+                max_delay,
+                recent_execution: None,
             }),
         }
     }
@@ -288,17 +304,18 @@ impl Lane {
         s.in_flight = s.in_flight.saturating_sub(1);
     }
 
-    /// An instance finished its batch with no request to hand back (before its answers go
-    /// out): free at once when nothing waits, so the client's next request finds it free. For a
-    /// sequence model, the requests that can no longer run come back, to be failed.
-    pub fn finish(&self, index: usize, generation: u64) -> (Finish, Vec<(Pending, Error)>) {
+    /// An instance finished its batch, which took `took`, with no request to hand back (before
+    /// its answers go out): free at once when nothing waits, so the client's next request finds
+    /// it free. For a sequence model, the requests that can no longer run come back, to be
+    /// failed.
+    pub fn finish(&self, index: usize, generation: u64, took: Duration) -> (Finish, Vec<(Pending, Error)>) {
         if let Some(sequence) = &self.sequence {
             return self.finish_sequence(sequence, index, generation);
         }
-        (self.finish_direct(index, generation), Vec::new())
+        (self.finish_direct(index, generation, took), Vec::new())
     }
 
-    fn finish_direct(&self, index: usize, generation: u64) -> Finish {
+    fn finish_direct(&self, index: usize, generation: u64, took: Duration) -> Finish {
         if !self.direct {
             return Finish::Scheduler;
         }
@@ -306,6 +323,7 @@ impl Lane {
         if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
             return Finish::Scheduler;
         }
+        s.recent_execution = Some(s.recent_execution.map_or(took, |e| e * 3 / 4 + took / 4));
         if s.backlog() || !s.open {
             return Finish::Pull;
         }
@@ -524,11 +542,13 @@ mod tests {
         let lane = Lane::new(&p, Some(batcher.clone()), None, clock.clone(), figures(&p));
         let (tx, rx) = mailbox();
         lane.turn().up(0, 1, tx, None);
-        // A lone client: each request finds the model idle and goes at once.
+        // Executions outlast the 1 ms delay. A lone client: each request finds the model idle
+        // and goes at once.
+        let took = Duration::from_millis(2);
         for _ in 0..2 {
             assert_eq!(direct(lane.route(pending(), false)), Some(0));
             rx.try_recv().unwrap();
-            assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+            assert_eq!(lane.finish(0, 1, took).0, Finish::Freed);
             assert!(lane.turn().lone_goes(clock.now()));
             clock.advance(Duration::from_millis(1));
         }
@@ -538,7 +558,7 @@ mod tests {
         let mut joining = pending();
         joining.enqueued = clock.now();
         assert!(matches!(lane.route(joining, false), Route::Queued));
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, took).0, Finish::Pull);
         // Pulled with its delay still running, it waits for company though nothing executes.
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
         assert!(!lane.turn().lone_goes(clock.now()));
@@ -551,6 +571,23 @@ mod tests {
         lane.unsent();
         clock.advance(Duration::from_micros(1));
         assert!(lane.turn().lone_goes(clock.now()));
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
+    }
+
+    #[test]
+    fn a_small_models_lone_request_goes_at_once_even_in_company() {
+        let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
+        let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
+        let (lane, inboxes) = lane(&p);
+        assert_eq!(direct(lane.route(pending(), false)), Some(0));
+        inboxes[0].try_recv().unwrap();
+        assert!(matches!(lane.route(pending(), false), Route::Queued));
+        // Its batch took less than the delay: the request that came in company is pulled...
+        assert_eq!(lane.finish(0, 1, Duration::from_micros(100)).0, Finish::Pull);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
+        assert_eq!(lane.finish(0, 1, Duration::from_micros(100)).0, Finish::Freed);
+        // ...and the next one to find the model idle goes straight to it, without waiting.
+        assert!(lane.turn().lone_goes(Instant::now()));
         assert_eq!(direct(lane.route(pending(), false)), Some(0));
     }
 
@@ -568,7 +605,7 @@ mod tests {
         };
         let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Sequence(seq), 1));
         assert_eq!(direct(lane.route(pending(), false)), None);
-        assert_eq!(lane.finish(0, 1).0, Finish::Scheduler);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Scheduler);
         let mut decoupled = policy(SchedulerPolicy::Direct, 1);
         decoupled.decoupled = true;
         let (lane, _inboxes) = self::lane(&decoupled);
@@ -587,11 +624,11 @@ mod tests {
         let (lane, inboxes) = lane(&policy(SchedulerPolicy::Direct, 1));
         assert_eq!(direct(lane.route(pending(), false)), Some(0));
         inboxes[0].try_recv().unwrap();
-        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Freed);
         assert!(lane.turn().all_free());
         assert_eq!(direct(lane.route(pending(), false)), Some(0));
         // A stale generation (the instance was restarted) is not the lane's to free.
-        assert_eq!(lane.finish(0, 7).0, Finish::Scheduler);
+        assert_eq!(lane.finish(0, 7, Duration::ZERO).0, Finish::Scheduler);
         assert!(matches!(lane.pull(0, 7), (Pulled::NotMine, _)));
     }
 
@@ -608,14 +645,14 @@ mod tests {
             assert!(matches!(lane.route(pending(), false), Route::Queued), "the instance is busy");
         }
         assert_eq!(batcher.lock().len(), 2);
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         // The instance takes them one by one (no dynamic batching), the last leaving it free
         // with nothing for the scheduler to hear.
         assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
         assert!(!lane.turn().all_free());
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
-        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Freed);
         assert!(lane.turn().all_free());
     }
 
@@ -627,12 +664,12 @@ mod tests {
         // On its way to the scheduler, not in the batcher yet: the instance is free and the
         // scheduler must hear it.
         lane.state.lock().in_flight += 1;
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
         assert!(lane.turn().all_free());
         lane.turn().publish(0, 1);
         lane.turn().close();
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
     }
 

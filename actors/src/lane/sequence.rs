@@ -239,15 +239,15 @@ mod tests {
         // The sequence runs: its next requests wait in the batcher, the actor not needed.
         assert!(matches!(lane.route(request(7, 2, false), false), Route::Queued));
         assert!(matches!(lane.route(request(7, 3, false), false), Route::Queued));
-        let (finish, failed) = lane.finish(0, 1);
+        let (finish, failed) = lane.finish(0, 1, Duration::ZERO);
         assert_eq!((finish, failed.len()), (Finish::Pull, 0));
         let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("the next request waits") };
         assert_eq!(inputs(&b), [2]);
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("the last request waits") };
         assert_eq!(inputs(&b), [3]);
         // Nothing left: free without a word to anyone, and the next request goes direct.
-        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Freed);
         assert!(lane.turn().all_free());
         assert!(matches!(lane.route(request(7, 4, false), false), Route::Direct { .. }));
         assert_eq!(executed(&rx), [4]);
@@ -260,13 +260,13 @@ mod tests {
         assert_eq!(executed(&rx), [10]);
         // Sequence 2 has no slot (one slot, held by sequence 1 until it ends or idles out).
         assert!(matches!(lane.route(request(2, 20, true), false), Route::Queued));
-        assert_eq!(lane.finish(0, 1).0, Finish::Freed);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Freed);
         let mut end = request(1, 11, false);
         end.request.sequence.as_mut().unwrap().end = true;
         assert!(matches!(lane.route(end, false), Route::Direct { .. }));
         assert_eq!(executed(&rx), [11]);
         // Sequence 1 ended: its slot goes to sequence 2, which the instance takes next.
-        assert_eq!(lane.finish(0, 1).0, Finish::Pull);
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
         let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("sequence 2 has its slot") };
         assert_eq!(inputs(&b), [20]);
         assert_eq!(batcher.lock().len(), 0);

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""What batches a build forms under a concurrent load: mlp at c16 (batch-1 clients) over HTTP
+(binary tensors) and gRPC against two or more release builds, alternating, each run's
+executions counted by batch size with their mean compute time.
+
+Per run, from the server itself: the statistics extension's `batch_stats` (executions and
+compute_infer time per batch size, before and after the run), the actor tree's scheduler
+counters (the metrics port's /v2/actors: batches sent straight from the submitting thread, `direct`; taken by an
+instance from the batcher as it finished, `pulled`; requests queued behind busy instances by
+their submitting thread, `lane_queued`), the server's CPU (/proc, every thread) and
+perf_analyzer's, per inference. Together they say how many executions were batches of one and
+what each size costs the instance, which a throughput figure alone hides.
+
+  .venv/bin/python loadtests/batch_mix.py --builds OLD,NEW [--rounds 2] [--concurrency 16]
+
+Results: loadtests/out/batch_mix-<time>/summary.{md,json}.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+COUNTERS = ("batches", "items", "direct", "pulled", "lane_queued")
+
+
+def batch_stats(srv, model):
+    stats = json.loads(common.http("GET", f"{srv.base}/v2/models/{model}/stats")[1])
+    out = {}
+    for e in stats["model_stats"][0].get("batch_stats", []):
+        out[int(e["batch_size"])] = (int(e["compute_infer"]["count"]), int(e["compute_infer"]["ns"]))
+    return out
+
+
+def scheduler(srv, model):
+    tree = json.loads(common.http("GET", f"http://127.0.0.1:{srv.metrics_port}/v2/actors")[1])
+    for m in tree["models"]:
+        if m["name"] == model:
+            return m["scheduler"]
+    raise RuntimeError(f"{model} is not in the actor tree")
+
+
+def measure(args, out_dir, label, srv, proto, rnd):
+    url = srv.url(proto)
+    b0, s0 = batch_stats(srv, args.model), scheduler(srv, args.model)
+    cpu0, pa0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s()
+    name = f"r{rnd}-{label}-{proto}"
+    r = common.run_pa(args.perf_analyzer, args.model, url, proto, args.concurrency,
+                      os.path.join(out_dir, f"{name}.csv"), os.path.join(out_dir, f"{name}.log"),
+                      interval_ms=args.interval_ms, stability=args.stability, server=srv)
+    cpu1, pa1 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s()
+    b1, s1 = batch_stats(srv, args.model), scheduler(srv, args.model)
+    sizes = {}
+    for size, (count, ns) in b1.items():
+        c0, n0 = b0.get(size, (0, 0))
+        if count - c0:
+            sizes[size] = {"executions": count - c0, "compute_us": (ns - n0) / (count - c0) / 1000}
+    executions = sum(v["executions"] for v in sizes.values())
+    items = sum(size * v["executions"] for size, v in sizes.items())
+    run = {
+        "round": rnd, "build": label, "protocol": proto, "infer_per_s": r["infer_per_s"],
+        "p50_us": r["p50_us"], "items_per_execution": items / executions if executions else 0.0,
+        "single_share": sizes.get(1, {}).get("executions", 0) / executions if executions else 0.0,
+        "server_cpu_us_per_inference": (cpu1 - cpu0) * 1e6 / items if items else 0.0,
+        "pa_cpu_us_per_inference": (pa1 - pa0) * 1e6 / items if items else 0.0,
+        "sizes": sizes,
+        # None where the build's tree has no such counter (builds before 2026-12-06)
+        "scheduler": {k: s1[k] - s0[k] if k in s1 else None for k in COUNTERS},
+    }
+    print(f"{name}: {run['infer_per_s']:.0f} infer/s, {run['items_per_execution']:.2f} per execution, "
+          f"{100 * run['single_share']:.0f} % batches of one, {run['scheduler']}", flush=True)
+    return run
+
+
+def size_row(run):
+    return " ".join(f"b{s}: {v['executions']} ({v['compute_us']:.0f})" for s, v in sorted(run["sizes"].items()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    common.add_common_args(ap, interval_ms=1500)
+    ap.add_argument("--builds", required=True, help="comma-separated release binaries")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--model", default="mlp")
+    args = ap.parse_args()
+    builds = args.builds.split(",")
+    args.server = builds[0]
+    common.check_inputs(args, [args.model])
+    out_dir, stamp = common.make_out_dir(args, "batch_mix")
+    header = common.run_header(args)
+    runs = []
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(common.bench_server(
+            b, args.onnxruntime_library, args.model_repository, out_dir, models=[args.model],
+            ready=(args.model,), log_name=f"server-{i}.log", prefix="mix-")) for i, b in enumerate(builds)]
+        for rnd in range(args.rounds):
+            order = list(enumerate(servers))
+            if rnd % 2:
+                order.reverse()
+            for proto in ("http", "grpc"):
+                for i, srv in order:
+                    runs.append(measure(args, out_dir, f"b{i}", srv, proto, rnd))
+    lines = [f"# Batches formed at {args.model} c{args.concurrency} ({stamp})", "",
+             f"perf_analyzer {header['perf_analyzer']}; load average {header['loadavg_at_start']:.2f} at start; "
+             f"{args.rounds} rounds, the order of the builds reversed every other round; -p {args.interval_ms} ms.", ""]
+    for i, b in enumerate(builds):
+        lines.append(f"- b{i} = {b}")
+    lines += ["", "| round | build | protocol | infer/s | items per execution | batches of one | "
+              "server CPU µs per inference | perf_analyzer's | direct / pulled / lane_queued |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in runs:
+        s = r["scheduler"]
+        lines.append(f"| {r['round']} | {r['build']} | {r['protocol']} | {r['infer_per_s']:.0f} | "
+                     f"{r['items_per_execution']:.2f} | {100 * r['single_share']:.0f} % | "
+                     f"{r['server_cpu_us_per_inference']:.0f} | {r['pa_cpu_us_per_inference']:.0f} | "
+                     + " / ".join("–" if s[k] is None else str(s[k]) for k in ("direct", "pulled", "lane_queued"))
+                     + " |")
+    lines += ["", "Executions by batch size (mean compute_infer µs per execution):", ""]
+    for r in runs:
+        lines.append(f"- r{r['round']} {r['build']} {r['protocol']}: {size_row(r)}")
+    common.write_summary(out_dir, {"header": header, "builds": builds, "runs": runs}, lines)
+
+
+if __name__ == "__main__":
+    main()
