@@ -10,7 +10,7 @@
 //! the scheduler, and an instance that frees itself tells it. So priorities, `max_queue_size`,
 //! queue timeouts, the batcher's delay and preferred sizes decide as before; the lane only
 //! skips the scheduler when the batcher would have sent the request alone at once: nothing runs
-//! and the model's requests have not come in company lately (`State::company_until`; Triton's
+//! and the model's requests have not come in company lately (`company`; Triton's
 //! dynamic batcher makes even a lone client's request wait for its delay). Sequence models
 //! have a lane of their own (`sequence`): their requests go into the sequence batcher, shared under a lock,
 //! and to a free instance from there. Decoupled models keep the scheduler for every request.
@@ -32,6 +32,7 @@
 //! frees itself unseen while requests wait for one.
 
 mod busy;
+mod company;
 mod sequence;
 mod turn;
 
@@ -40,6 +41,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use actix::Recipient;
+use company::Company;
 use parking_lot::Mutex;
 pub(crate) use turn::Turn;
 
@@ -95,17 +97,9 @@ struct State {
     /// The scheduler's timer, as of its last turn: it takes a turn then (or soon after). Also
     /// set to the time of a turn the lane asked for (`busy`), until that turn.
     armed: Option<Instant>,
-    /// Until then the load counts as concurrent: a request came while another of the model's
-    /// ran or waited less than `COMPANY_WINDOW` ago. A lone request on an idle model then
-    /// waits for the batcher's delay, as Triton's always does, for the others to join it; it
-    /// goes at once only when nothing came in company for that long (a lone client, whose
-    /// request nobody else's could join).
-    company_until: Option<Instant>,
-    /// The batching delay (`max_queue_delay_microseconds`; zero without dynamic batching).
-    max_delay: Duration,
-    /// The recent executions' average time (the last few, weighted to the latest), as the
-    /// instances report them when they finish (`Lane::finish`); `None` before the first.
-    recent_execution: Option<Duration>,
+    /// Whether the model's load is concurrent, for a lone request on an idle model to wait for
+    /// the batcher's delay (`company`).
+    company: Company,
 }
 
 impl State {
@@ -116,23 +110,7 @@ impl State {
     fn backlog(&self) -> bool {
         self.in_flight > 0 || self.queued > 0
     }
-
-    /// Whether a lone request on an idle model waits for the batcher's delay: the model's
-    /// requests came in company lately (`company_until`), and its executions take longer than
-    /// the delay. A batch of one that ends before the delay would have run out keeps nobody
-    /// waiting longer than the delay would (those that come meanwhile form the next batch), so
-    /// a small model's lone request still goes at once.
-    fn company(&self, now: Instant) -> bool {
-        self.company_until.is_some_and(|t| now < t) && self.recent_execution.is_some_and(|e| e > self.max_delay)
-    }
 }
-
-/// How long after a request came in company (while another of the model's requests ran or
-/// waited) a lone request on an idle model still waits for the batcher's delay (when the
-/// model's executions outlast the delay: `State::company`). Under a concurrent load requests
-/// come that close together (at c16 over mlp, one every 100-150 µs); a lone client's never come
-/// in company at all.
-pub(crate) const COMPANY_WINDOW: Duration = Duration::from_millis(10);
 
 /// What an instance that finished its batch does next (`Lane::finish`).
 #[derive(Debug, PartialEq, Eq)]
@@ -231,9 +209,7 @@ impl Lane {
                 queued: 0,
                 open: true,
                 armed: None,
-                company_until: None,
-                max_delay,
-                recent_execution: None,
+                company: Company::new(max_delay),
             }),
         }
     }
@@ -260,9 +236,9 @@ impl Lane {
                 if self.delays {
                     let now = self.clock.now();
                     if !all_free || s.backlog() {
-                        s.company_until = Some(now + COMPANY_WINDOW);
+                        s.company.came(now);
                     }
-                    company = s.company(now);
+                    company = s.company.waits(now);
                 }
                 if self.queues && s.free.is_empty() && s.open && s.in_flight == 0 && s.live() > 0 {
                     return self.route_busy(s, p);
@@ -323,7 +299,7 @@ impl Lane {
         if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
             return Finish::Scheduler;
         }
-        s.recent_execution = Some(s.recent_execution.map_or(took, |e| e * 3 / 4 + took / 4));
+        s.company.executed(took);
         if s.backlog() || !s.open {
             return Finish::Pull;
         }
@@ -351,7 +327,7 @@ impl Lane {
             expired = q.take_expired(now);
             // Nothing else executes and the load is not concurrent: a lone request need not
             // wait for company.
-            let idle = s.free.len() + 1 >= s.live() && !s.company(now);
+            let idle = s.free.len() + 1 >= s.live() && !s.company.waits(now);
             let next = q.next(now, idle);
             s.queued = q.len();
             self.figures.scheduler.queued(s.queued);
@@ -390,7 +366,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{InstanceKind, InstanceSpec};
-    use crate::clock::{Clock, ManualClock, SystemClock};
+    use crate::clock::SystemClock;
     use crate::mailbox::{mailbox, Receiver};
     use crate::policy::{DynamicBatchPolicy, SequencePolicy, SequenceStrategy, DEFAULT_QUEUE_CAPACITY};
     use crate::request::{InferRequest, Reply};
@@ -422,11 +398,11 @@ mod tests {
         }
     }
 
-    fn figures(p: &ModelPolicy) -> Arc<ModelFigures> {
+    pub(in crate::lane) fn figures(p: &ModelPolicy) -> Arc<ModelFigures> {
         Arc::new(ModelFigures::new(p.instances.len()))
     }
 
-    fn pending() -> Pending {
+    pub(in crate::lane) fn pending() -> Pending {
         let (reply, rx) = Reply::once();
         std::mem::forget(rx);
         let request = InferRequest::new("m", vec![]);
@@ -434,7 +410,7 @@ mod tests {
     }
 
     /// A lane whose instances are all up and free, with their mailboxes' receiving ends.
-    fn lane(p: &ModelPolicy) -> (Lane, Vec<Receiver<InstanceMsg>>) {
+    pub(in crate::lane) fn lane(p: &ModelPolicy) -> (Lane, Vec<Receiver<InstanceMsg>>) {
         let lane = Lane::new(p, Some(Arc::new(Mutex::new(Batcher::new(p)))), None, Arc::new(SystemClock), figures(p));
         let mut inboxes = Vec::new();
         for i in 0..p.instances.len() {
@@ -445,7 +421,7 @@ mod tests {
         (lane, inboxes)
     }
 
-    fn direct(r: Route) -> Option<usize> {
+    pub(in crate::lane) fn direct(r: Route) -> Option<usize> {
         match r {
             Route::Direct { instance, .. } => Some(instance),
             Route::Scheduler(_) | Route::Inline(..) | Route::Queued | Route::Refused(_) => None,
@@ -531,64 +507,6 @@ mod tests {
         let (lane, _inboxes) = self::lane(&policy(SchedulerPolicy::Dynamic(no_delay), 2));
         assert!(direct(lane.route(pending(), false)).is_some());
         assert!(direct(lane.route(pending(), false)).is_some());
-    }
-
-    #[test]
-    fn a_lone_request_waits_for_the_delay_while_the_models_requests_come_in_company() {
-        let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
-        let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
-        let batcher = Arc::new(Mutex::new(Batcher::new(&p)));
-        let clock = ManualClock::new();
-        let lane = Lane::new(&p, Some(batcher.clone()), None, clock.clone(), figures(&p));
-        let (tx, rx) = mailbox();
-        lane.turn().up(0, 1, tx, None);
-        // Executions outlast the 1 ms delay. A lone client: each request finds the model idle
-        // and goes at once.
-        let took = Duration::from_millis(2);
-        for _ in 0..2 {
-            assert_eq!(direct(lane.route(pending(), false)), Some(0));
-            rx.try_recv().unwrap();
-            assert_eq!(lane.finish(0, 1, took).0, Finish::Freed);
-            assert!(lane.turn().lone_goes(clock.now()));
-            clock.advance(Duration::from_millis(1));
-        }
-        // Another request comes while one runs: it waits in the batcher.
-        assert_eq!(direct(lane.route(pending(), false)), Some(0));
-        rx.try_recv().unwrap();
-        let mut joining = pending();
-        joining.enqueued = clock.now();
-        assert!(matches!(lane.route(joining, false), Route::Queued));
-        assert_eq!(lane.finish(0, 1, took).0, Finish::Pull);
-        // Pulled with its delay still running, it waits for company though nothing executes.
-        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
-        assert!(!lane.turn().lone_goes(clock.now()));
-        drop(batcher.lock().drain_all());
-        lane.turn().publish(0, 0);
-        // The next request to find the model idle goes to the scheduler's batcher, not straight
-        // to the instance, for as long as the window lasts.
-        clock.advance(COMPANY_WINDOW - Duration::from_micros(1));
-        assert!(matches!(lane.route(pending(), false), Route::Scheduler(_)));
-        lane.unsent();
-        clock.advance(Duration::from_micros(1));
-        assert!(lane.turn().lone_goes(clock.now()));
-        assert_eq!(direct(lane.route(pending(), false)), Some(0));
-    }
-
-    #[test]
-    fn a_small_models_lone_request_goes_at_once_even_in_company() {
-        let dynamic = DynamicBatchPolicy { max_queue_delay: Duration::from_millis(1), ..Default::default() };
-        let p = policy(SchedulerPolicy::Dynamic(dynamic), 1);
-        let (lane, inboxes) = lane(&p);
-        assert_eq!(direct(lane.route(pending(), false)), Some(0));
-        inboxes[0].try_recv().unwrap();
-        assert!(matches!(lane.route(pending(), false), Route::Queued));
-        // Its batch took less than the delay: the request that came in company is pulled...
-        assert_eq!(lane.finish(0, 1, Duration::from_micros(100)).0, Finish::Pull);
-        assert!(matches!(lane.pull(0, 1), (Pulled::Batch(b), _) if b.len() == 1));
-        assert_eq!(lane.finish(0, 1, Duration::from_micros(100)).0, Finish::Freed);
-        // ...and the next one to find the model idle goes straight to it, without waiting.
-        assert!(lane.turn().lone_goes(Instant::now()));
-        assert_eq!(direct(lane.route(pending(), false)), Some(0));
     }
 
     #[test]

@@ -25,9 +25,9 @@ impl Turn<'_> {
     }
 
     /// Whether a lone queued request may go at once: no instance executes, and the model's
-    /// requests have not come in company lately (`State::company_until`).
+    /// requests have not come in company lately (`company`).
     pub fn lone_goes(&self, now: Instant) -> bool {
-        self.all_free() && !self.s.company(now)
+        self.all_free() && !self.s.company.waits(now)
     }
 
     /// Takes a free instance for a batch.
