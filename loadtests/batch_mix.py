@@ -18,10 +18,8 @@ Results: loadtests/out/batch_mix-<time>/summary.{md,json}.
 
 import argparse
 import contextlib
-import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -30,7 +28,7 @@ COUNTERS = ("batches", "items", "direct", "pulled", "lane_queued")
 
 
 def batch_stats(srv, model):
-    stats = json.loads(common.http("GET", f"{srv.base}/v2/models/{model}/stats")[1])
+    stats = common.get_json(f"{srv.base}/v2/models/{model}/stats")
     out = {}
     for e in stats["model_stats"][0].get("batch_stats", []):
         out[int(e["batch_size"])] = (int(e["compute_infer"]["count"]), int(e["compute_infer"]["ns"]))
@@ -38,7 +36,7 @@ def batch_stats(srv, model):
 
 
 def scheduler(srv, model):
-    tree = json.loads(common.http("GET", f"http://127.0.0.1:{srv.metrics_port}/v2/actors")[1])
+    tree = common.get_json(f"http://127.0.0.1:{srv.metrics_port}/v2/actors")
     for m in tree["models"]:
         if m["name"] == model:
             return m["scheduler"]

@@ -429,13 +429,18 @@ mod tests {
         assert_eq!(sizes(b.next(now, false)), vec![3, 3]);
     }
 
-    #[test]
-    fn a_preferred_size_goes_at_once_and_a_late_batch_takes_all_that_waits() {
-        let mut b = Batcher::new(&policy(Some(DynamicBatchPolicy {
+    /// Batches of up to 8 items, 4 preferred, a delay of 10 s.
+    fn preferring_four() -> Batcher {
+        Batcher::new(&policy(Some(DynamicBatchPolicy {
             preferred_batch_sizes: vec![4],
             max_queue_delay: Duration::from_secs(10),
             ..Default::default()
-        })));
+        })))
+    }
+
+    #[test]
+    fn a_preferred_size_goes_at_once_and_a_late_batch_takes_all_that_waits() {
+        let mut b = preferring_four();
         let now = Instant::now();
         for _ in 0..4 {
             b.push(pending(1, 4, now)).unwrap();
@@ -460,11 +465,7 @@ mod tests {
 
     #[test]
     fn past_the_largest_preferred_size_what_stays_under_it_goes_within_the_delay() {
-        let mut b = Batcher::new(&policy(Some(DynamicBatchPolicy {
-            preferred_batch_sizes: vec![4],
-            max_queue_delay: Duration::from_secs(10),
-            ..Default::default()
-        })));
+        let mut b = preferring_four();
         let now = Instant::now();
         // Requests of 3 items: 3 is not preferred and 6 is past 4, so the first goes alone.
         for _ in 0..2 {
