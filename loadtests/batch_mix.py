@@ -5,13 +5,15 @@ executions counted by batch size with their mean compute time.
 
 Per run, from the server itself: the statistics extension's `batch_stats` (executions and
 compute_infer time per batch size, before and after the run), the actor tree's scheduler
-counters (the metrics port's /v2/actors: batches sent straight from the submitting thread, `direct`; taken by an
+counters (the metrics port's /v2/actors: batches sent straight from the submitting thread, `direct`,
+of them run by that thread itself, `here`; taken by an
 instance from the batcher as it finished, `pulled`; requests queued behind busy instances by
 their submitting thread, `lane_queued`), the server's CPU (/proc, every thread) and
 perf_analyzer's, per inference. Together they say how many executions were batches of one and
 what each size costs the instance, which a throughput figure alone hides.
 
   .venv/bin/python loadtests/batch_mix.py --builds OLD,NEW [--rounds 2] [--concurrency 16]
+      [--protocols http,grpc] [--server-arg=ARG ...]
 
 Results: loadtests/out/batch_mix-<time>/summary.{md,json}.
 """
@@ -24,7 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-COUNTERS = ("batches", "items", "direct", "pulled", "lane_queued")
+COUNTERS = ("batches", "items", "direct", "here", "pulled", "lane_queued")
 
 
 def batch_stats(srv, model):
@@ -67,7 +69,8 @@ def measure(args, out_dir, label, srv, proto, rnd):
         "server_cpu_us_per_inference": (cpu1 - cpu0) * 1e6 / items if items else 0.0,
         "pa_cpu_us_per_inference": (pa1 - pa0) * 1e6 / items if items else 0.0,
         "sizes": sizes,
-        # None where the build's tree has no such counter (builds before 2026-12-06)
+        # None where the build's tree has no such counter (builds before 2026-12-06; `here`:
+        # before its second session)
         "scheduler": {k: s1[k] - s0[k] if k in s1 else None for k in COUNTERS},
     }
     print(f"{name}: {run['infer_per_s']:.0f} infer/s, {run['items_per_execution']:.2f} per execution, "
@@ -86,6 +89,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--model", default="mlp")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="an argument added to every build's command line (repeatable), e.g. "
+                         "--server-arg=--http-thread-count --server-arg=1")
+    ap.add_argument("--protocols", default="http,grpc")
     args = ap.parse_args()
     builds = args.builds.split(",")
     args.server = builds[0]
@@ -96,28 +103,31 @@ def main():
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(common.bench_server(
             b, args.onnxruntime_library, args.model_repository, out_dir, models=[args.model],
-            ready=(args.model,), log_name=f"server-{i}.log", prefix="mix-")) for i, b in enumerate(builds)]
+            ready=(args.model,), log_name=f"server-{i}.log", prefix="mix-", extra_args=args.server_arg))
+            for i, b in enumerate(builds)]
         for rnd in range(args.rounds):
             order = list(enumerate(servers))
             if rnd % 2:
                 order.reverse()
-            for proto in ("http", "grpc"):
+            for proto in args.protocols.split(","):
                 for i, srv in order:
                     runs.append(measure(args, out_dir, f"b{i}", srv, proto, rnd))
     lines = [f"# Batches formed at {args.model} c{args.concurrency} ({stamp})", "",
              f"perf_analyzer {header['perf_analyzer']}; load average {header['loadavg_at_start']:.2f} at start; "
-             f"{args.rounds} rounds, the order of the builds reversed every other round; -p {args.interval_ms} ms.", ""]
+             f"{args.rounds} rounds, the order of the builds reversed every other round; -p {args.interval_ms} ms"
+             + (f"; every server with {' '.join(args.server_arg)}" if args.server_arg else "") + ".", ""]
     for i, b in enumerate(builds):
         lines.append(f"- b{i} = {b}")
     lines += ["", "| round | build | protocol | infer/s | items per execution | batches of one | "
-              "server CPU µs per inference | perf_analyzer's | direct / pulled / lane_queued |",
+              "server CPU µs per inference | perf_analyzer's | direct (of them here) / pulled / lane_queued |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in runs:
         s = r["scheduler"]
         lines.append(f"| {r['round']} | {r['build']} | {r['protocol']} | {r['infer_per_s']:.0f} | "
                      f"{r['items_per_execution']:.2f} | {100 * r['single_share']:.0f} % | "
                      f"{r['server_cpu_us_per_inference']:.0f} | {r['pa_cpu_us_per_inference']:.0f} | "
-                     + " / ".join("–" if s[k] is None else str(s[k]) for k in ("direct", "pulled", "lane_queued"))
+                     + f"{s['direct']} ({'–' if s['here'] is None else s['here']})"
+                     + "".join(" / " + ("–" if s[k] is None else str(s[k])) for k in ("pulled", "lane_queued"))
                      + " |")
     lines += ["", "Executions by batch size (mean compute_infer µs per execution):", ""]
     for r in runs:

@@ -29,6 +29,8 @@ Options for issue 19 point 1 (the mlp instance fed at c16):
   --old-mlp-param / --new-mlp-param KEY=VALUE   a `parameters` entry added to that subject's mlp
               config (e.g. intra_op_thread_count=1, session.intra_op.allow_spinning=0), so one
               binary can be measured against itself with other session options.
+  --old-server-arg / --new-server-arg ARG   an argument added to that subject's command line
+              (repeatable; e.g. --new-server-arg=--http-thread-count --new-server-arg=1).
   --triton    real Triton 2.51 (loadtests/triton_ref, $TRITON_REF_DIR) as a third subject of the mlp
               loads, its mlp as targets.py configures it: the time outside the statistics per
               request, new ÷ Triton's, in the same repeat.
@@ -139,6 +141,9 @@ def main():
     ap.add_argument("--new-mlp-batching", metavar="TEXT")
     ap.add_argument("--old-mlp-instances", type=int, metavar="N", help="that subject's mlp instance_group count")
     ap.add_argument("--new-mlp-instances", type=int, metavar="N")
+    ap.add_argument("--old-server-arg", action="append", default=[], metavar="ARG",
+                    help="an argument added to the old server's command line (repeatable)")
+    ap.add_argument("--new-server-arg", action="append", default=[], metavar="ARG")
     ap.add_argument("--triton", action="store_true", help="Triton 2.51 as a subject of the mlp loads")
     ap.add_argument("--triton-ref", default=os.environ.get("TRITON_REF_DIR", "/work/ref"))
     ap.add_argument("--triton-delay-us", type=int, default=200)
@@ -236,6 +241,11 @@ def run_ceilings(args, out_dir, subjects):
     return out
 
 
+def server_args_note(args, label):
+    extra = getattr(args, f"{label}_server_arg", None) or []
+    return f" (server {' '.join(extra)})" if extra else ""
+
+
 def start_servers(args, out_dir, tmp, stack, subjects):
     servers = {}
     for label, binary in (("old", args.old), ("new", args.new)):
@@ -243,7 +253,8 @@ def start_servers(args, out_dir, tmp, stack, subjects):
         servers[label] = stack.enter_context(common.bench_server(
             binary, args.onnxruntime_library, repo, out_dir, models=["mlp", "add_sub"],
             ready=("mlp", "add_sub"), check=common.add_sub_check, log_name=f"server-{label}.log",
-            prefix="hot-", edit_repo=mlp_config_editor(*mlp_edits(args, label))))
+            prefix="hot-", edit_repo=mlp_config_editor(*mlp_edits(args, label)),
+            extra_args=args.old_server_arg if label == "old" else args.new_server_arg))
     if "floor" in subjects:
         port = common.free_ports(1)[0]
         servers["floor"] = stack.enter_context(targets.process_server(
@@ -392,8 +403,9 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
 
     cols = ["old", "new"] + (["triton"] if any(k.startswith("mlp_") and "_triton_" in k for k in ratios) else [])
     lines = [f"# Issue 19: the hot path, old ÷ new ÷ floor ({stamp})", "",
-             f"perf_analyzer {common.PA_VERSION}; old = {args.old}{params_note(*mlp_edits(args, 'old'))}, new = "
-             f"{args.new}{params_note(*mlp_edits(args, 'new'))} (git HEAD "
+             f"perf_analyzer {common.PA_VERSION}; old = {args.old}{params_note(*mlp_edits(args, 'old'))}"
+             f"{server_args_note(args, 'old')}, new = {args.new}{params_note(*mlp_edits(args, 'new'))}"
+             f"{server_args_note(args, 'new')} (git HEAD "
              f"{header['git_head'][:12]}); load average {header['loadavg_at_start']:.2f} at start on "
              f"{header['nproc']} cores; {len(reps)} repeats, the order of the subjects rotated, ratios per "
              f"repeat, median (min–max); -p {args.interval_ms} ms.", "",

@@ -200,19 +200,25 @@ impl Server {
 
     /// Runs a request whose answer the caller awaits at once on `model`, the version
     /// `Server::model` gave the frontend for it (one look-up of the router per request, two only
-    /// when that version was replaced meanwhile): validated and queued, or, a lone request, run
-    /// on this thread (`ModelHandle::submit_here`).
+    /// when that version was replaced meanwhile): validated and queued, or, a lone request on a
+    /// thread that serves one client alone (`here`: `frontends::alone`), run on this thread
+    /// (`ModelHandle::submit_here`).
     pub async fn infer_on(
         &self,
         model: Arc<LoadedModel>,
         request: InferRequest,
+        here: bool,
     ) -> Result<(Arc<LoadedModel>, InferResponse)> {
         self.admit(&request)?;
         let (reply, rx) = Reply::once();
         let model = {
             // Held while the request is queued (or run here), not while its answer is awaited.
             let entered = self.enter(model, &request)?;
-            entered.handle.submit_here(request, reply)?;
+            if here {
+                entered.handle.submit_here(request, reply)?;
+            } else {
+                entered.handle.submit(request, reply)?;
+            }
             entered.model().clone()
         };
         let response =

@@ -29,6 +29,8 @@ pub struct SchedulerState {
     items: AtomicU64,
     /// Of `batches`, those the submitting thread handed to an instance itself (the lane).
     direct: AtomicU64,
+    /// Of `direct`, those the submitting thread ran itself on the instance's backend.
+    here: AtomicU64,
     /// Of `batches`, those an instance took from the batcher itself as it finished one.
     pulled: AtomicU64,
     /// Requests their submitting thread queued in the batcher behind busy instances.
@@ -51,6 +53,9 @@ pub struct SchedulerSnapshot {
     /// Of `batches`, the requests handed straight to a free instance by the thread that
     /// submitted them, without the scheduler actor's hop (`lane`).
     pub direct: u64,
+    /// Of `direct`, those the submitting thread (a frontend thread serving one client alone)
+    /// ran itself on the instance's backend instead of waking the instance's thread.
+    pub here: u64,
     /// Of `batches`, those an instance took from the batcher itself as it finished its previous
     /// one, without the scheduler actor's hop (`lane`).
     pub pulled: u64,
@@ -71,6 +76,7 @@ impl SchedulerState {
             batches: AtomicU64::new(0),
             items: AtomicU64::new(0),
             direct: AtomicU64::new(0),
+            here: AtomicU64::new(0),
             pulled: AtomicU64::new(0),
             lane_queued: AtomicU64::new(0),
             dispatched: (0..instances).map(|_| AtomicU64::new(0)).collect(),
@@ -115,6 +121,12 @@ impl SchedulerState {
         self.batch(items, Some(waited));
         self.dispatched(instance);
         self.direct.fetch_add(1, Relaxed);
+    }
+
+    /// As `direct`, the batch run on the submitting thread itself.
+    pub(crate) fn direct_here(&self, items: usize, instance: usize) {
+        self.direct(items, Duration::ZERO, instance);
+        self.here.fetch_add(1, Relaxed);
     }
 
     /// Instance `instance` took a batch of `items` from the batcher itself, its oldest request
@@ -388,6 +400,7 @@ impl ModelFigures {
             batches: s.batches.load(Relaxed),
             items: s.items.load(Relaxed),
             direct: s.direct.load(Relaxed),
+            here: s.here.load(Relaxed),
             pulled: s.pulled.load(Relaxed),
             lane_queued: s.lane_queued.load(Relaxed),
             batch_size: s.batch_size.snapshot(),

@@ -2,6 +2,7 @@
 //! `Server` facade and encodes the answers; none holds model state.
 
 pub mod affinity;
+pub mod alone;
 pub mod binary_mime;
 pub mod bls;
 pub mod classification;

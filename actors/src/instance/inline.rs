@@ -154,7 +154,7 @@ impl RunHere for InstanceCore {
         let mut held = self.backend.lock();
         let Some(backend) = held.as_mut() else { return Some(p) };
         let env = &self.env;
-        env.figures.scheduler.direct(p.batch_size, Duration::ZERO, index);
+        env.figures.scheduler.direct_here(p.batch_size, index);
         let step = self.step(backend.as_mut(), vec![p]);
         drop(held);
         let message = match step {

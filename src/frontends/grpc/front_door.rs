@@ -29,16 +29,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
-use futures::future::Either;
 use http_body::{Body as _, Frame};
 use prost::Message as _;
 use tonic::body::Body;
 use tonic::codegen::http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use tonic::codegen::Service;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::Status;
 
 use super::guard::{unavailable_as_503, MessageLimit};
 use super::GrpcService;
+use crate::frontends::alone;
 use crate::frontends::restricted::{Category, Restrictions};
 use crate::proto::inference as pb;
 
@@ -115,22 +116,44 @@ where
 {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Either<S::Future, Served>;
+    type Future = Served;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // Every call is counted open on this thread until answered, from here: hyper calls the
+        // service for each stream it accepts before any of them runs, so a handler sees the
+        // calls that came with it (`alone`).
+        let open = alone::call_from(peer(&request));
         let door = match &self.door {
             Some(door) if plain_infer(&request, &door.restrictions) => door.clone(),
-            _ => return Either::Left(self.inner.call(request)),
+            _ => {
+                let answer = self.inner.call(request);
+                return Box::pin(async move {
+                    let _open = open;
+                    answer.await
+                });
+            }
         };
         // The router is ready (`poll_ready` above); the clone serves a call the door hands on.
         let inner = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, inner);
-        Either::Right(Box::pin(serve(door, request, inner)))
+        Box::pin(async move {
+            let _open = open;
+            serve(door, request, inner).await
+        })
     }
+}
+
+/// The client's address, as tonic's transport records it for the connection (over TLS too).
+fn peer<B>(request: &Request<B>) -> Option<std::net::SocketAddr> {
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|tls| tls.get_ref().remote_addr()))
 }
 
 /// A plain unary `ModelInfer`: read, decoded, handled and answered here, or handed to tonic.

@@ -200,7 +200,10 @@ impl GrpcService {
             // Dropping this future (the client cancelled) closes the reply; the engine then drops
             // the request if it is still queued.
             let routed = !affinity.is_empty();
-            let answer = self.server.infer_on(model, request).await;
+            // On this thread only while it serves one client alone (the call is counted by
+            // the front door, `front_door::FrontDoor::call`).
+            let here = crate::frontends::alone::alone();
+            let answer = self.server.infer_on(model, request, here).await;
             let answer = answer.map_err(|e| crate::frontends::affinity::routed_error(e, routed));
             let answer = answer.or_status().and_then(|(model, response)| {
                 if let Some(t) = &trace {

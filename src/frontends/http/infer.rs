@@ -58,6 +58,8 @@ pub async fn infer_model(
     header_length: Option<actix_web::http::header::HeaderValue>,
 ) -> HttpResult<HttpResponse> {
     let recv_start = Instant::now();
+    // Open on this worker until answered: what `alone` counts.
+    let _call = crate::frontends::alone::call_from(req.peer_addr());
     check_length(req, state.max_body_bytes)?;
     // Unknown models are answered before the body is parsed, as Triton does.
     let loaded = state.server.model(&model, version)?;
@@ -130,7 +132,7 @@ async fn run(
     let requested = crate::frontends::classification::classified(&request.outputs);
     let (model, response) = state
         .server
-        .infer_on(loaded, request)
+        .infer_on(loaded, request, crate::frontends::alone::alone())
         .await
         .map_err(|e| crate::frontends::affinity::routed_error(e, routed))?;
     if let Some(t) = &trace {

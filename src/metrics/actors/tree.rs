@@ -147,6 +147,7 @@ pub fn version(m: &LoadedModel, busy: &BusySamples, at: Instant) -> Value {
             "direct": s.direct,
             "pulled": s.pulled,
             "lane_queued": s.lane_queued,
+            "here": s.here,
             "batch_size": histogram(&s.batch_size),
             "batch_delay_us": histogram(&s.batch_delay_us),
         },
