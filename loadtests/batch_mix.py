@@ -13,7 +13,12 @@ perf_analyzer's, per inference. Together they say how many executions were batch
 what each size costs the instance, which a throughput figure alone hides.
 
   .venv/bin/python loadtests/batch_mix.py --builds OLD,NEW [--rounds 2] [--concurrency 16]
-      [--protocols http,grpc] [--server-arg=ARG ...]
+      [--protocols http,grpc] [--runs 1] [--server-arg=ARG ...]
+
+--runs N runs perf_analyzer N times back to back per build, protocol and round, and the summary
+counts the runs that formed under 1.5 requests per execution: a state a load may fall into by
+chance, such as the one HTTP worker that ran every request itself (`--server-arg=--http-thread-count
+--server-arg=1`; loadtests/PROFILES.md, 2026-12-06).
 
 Results: loadtests/out/batch_mix-<time>/summary.{md,json}.
 """
@@ -26,6 +31,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+# A run under this many requests per execution formed (almost) no batches.
+STUCK = 1.5
 COUNTERS = ("batches", "items", "direct", "here", "pulled", "lane_queued")
 
 
@@ -45,11 +52,11 @@ def scheduler(srv, model):
     raise RuntimeError(f"{model} is not in the actor tree")
 
 
-def measure(args, out_dir, label, srv, proto, rnd):
+def measure(args, out_dir, label, srv, proto, rnd, k=0):
     url = srv.url(proto)
     b0, s0 = batch_stats(srv, args.model), scheduler(srv, args.model)
     cpu0, pa0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s()
-    name = f"r{rnd}-{label}-{proto}"
+    name = f"r{rnd}-{label}-{proto}" + (f"-{k}" if args.runs > 1 else "")
     r = common.run_pa(args.perf_analyzer, args.model, url, proto, args.concurrency,
                       os.path.join(out_dir, f"{name}.csv"), os.path.join(out_dir, f"{name}.log"),
                       interval_ms=args.interval_ms, stability=args.stability, server=srv)
@@ -93,6 +100,8 @@ def main():
                     help="an argument added to every build's command line (repeatable), e.g. "
                          "--server-arg=--http-thread-count --server-arg=1")
     ap.add_argument("--protocols", default="http,grpc")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="perf_analyzer runs per build, protocol and round, back to back on one server")
     args = ap.parse_args()
     builds = args.builds.split(",")
     args.server = builds[0]
@@ -111,7 +120,8 @@ def main():
                 order.reverse()
             for proto in args.protocols.split(","):
                 for i, srv in order:
-                    runs.append(measure(args, out_dir, f"b{i}", srv, proto, rnd))
+                    for k in range(args.runs):
+                        runs.append(measure(args, out_dir, f"b{i}", srv, proto, rnd, k))
     lines = [f"# Batches formed at {args.model} c{args.concurrency} ({stamp})", "",
              f"perf_analyzer {header['perf_analyzer']}; load average {header['loadavg_at_start']:.2f} at start; "
              f"{args.rounds} rounds, the order of the builds reversed every other round; -p {args.interval_ms} ms"
@@ -129,6 +139,16 @@ def main():
                      + f"{s['direct']} ({'–' if s['here'] is None else s['here']})"
                      + "".join(" / " + ("–" if s[k] is None else str(s[k])) for k in ("pulled", "lane_queued"))
                      + " |")
+    lines += ["", f"Per build and protocol: median infer/s, and the runs that formed under {STUCK} "
+              "items per execution (a frontend thread running every request itself):", ""]
+    for i in range(len(builds)):
+        for proto in args.protocols.split(","):
+            mine = [r for r in runs if r["build"] == f"b{i}" and r["protocol"] == proto]
+            low = [r for r in mine if r["items_per_execution"] < STUCK]
+            low_rates = ", ".join(f"{r['infer_per_s']:.0f}" for r in low)
+            lines.append(f"- b{i} {proto}: {common.median([r['infer_per_s'] for r in mine]):.0f} infer/s; "
+                         f"{len(low)} of {len(mine)} runs under {STUCK}"
+                         + (f" ({low_rates} infer/s)" if low else ""))
     lines += ["", "Executions by batch size (mean compute_infer µs per execution):", ""]
     for r in runs:
         lines.append(f"- r{r['round']} {r['build']} {r['protocol']}: {size_row(r)}")
