@@ -7,16 +7,18 @@
 //! the model idle again, so the first of them runs on the thread too, and so on. Nothing ever
 //! comes while the model runs, so the lane never sees the load as concurrent, and a thread that
 //! serves many clients is caught in a loop of batches of one: mlp at HTTP c16 with one HTTP
-//! worker (`--http-thread-count 1`; a server on one core has one worker too) served 3,742 infer/s at 1.01
-//! requests per execution in one of four runs, against 7,160-8,504 at 7.2 in the others
-//! (loadtests/PROFILES.md, "a frontend thread caught running batches of one", 2026-12-06).
+//! worker (`--http-thread-count 1`; a server on one core has one worker too) served 3,742
+//! infer/s at 1.01 requests per execution in one of four runs, against 7,160-8,504 at 7.2 in the
+//! others (loadtests/PROFILES.md, "a frontend thread caught running batches of one", 2026-12-06).
 //!
 //! So a thread counts as serving one client alone only when no other call of its own is open and
 //! it has not seen the requests of two connections come within `WINDOW` of each other during the
-//! last `WINDOW`. A lone client
-//! (one connection, one call at a time) keeps the inline path; any mix of connections, or
-//! concurrent calls on one HTTP/2 connection, hands the request to the instance's thread, and the
-//! frontend thread goes on reading.
+//! last `WINDOW`. A lone client (one connection, one call at a time) keeps the inline path; a mix
+//! of connections, or calls of one HTTP/2 connection open at once, hands the request to the
+//! instance's thread, and the frontend thread goes on reading. (A gRPC call counts from the first
+//! poll of its stream's task: streams of one connection accepted together but not yet started
+//! are not seen. That case was not seen to loop: perf_analyzer's gRPC clients share a few
+//! connections, several calls each, and formed batches at c16 before and after this.)
 
 use std::cell::Cell;
 use std::net::SocketAddr;

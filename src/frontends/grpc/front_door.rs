@@ -123,9 +123,9 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        // Every call is counted open on this thread until answered, from here: hyper calls the
-        // service for each stream it accepts before any of them runs, so a handler sees the
-        // calls that came with it (`alone`).
+        // Every call is counted open on this thread until answered (`alone`), from here: the
+        // first poll of its stream's task (hyper-util's `Oneshot` calls the tower service then).
+        // A stream accepted with it whose task has not run yet is not counted.
         let open = alone::call_from(peer(&request));
         let door = match &self.door {
             Some(door) if plain_infer(&request, &door.restrictions) => door.clone(),
