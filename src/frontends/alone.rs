@@ -17,8 +17,8 @@
 //! of connections, or calls of one HTTP/2 connection open at once, hands the request to the
 //! instance's thread, and the frontend thread goes on reading. (A gRPC call counts from the first
 //! poll of its stream's task: streams of one connection accepted together but not yet started
-//! are not seen. That case was not seen to loop: perf_analyzer's gRPC clients share a few
-//! connections, several calls each, and formed batches at c16 before and after this.)
+//! are not seen. That case was not seen to loop: perf_analyzer's gRPC contexts share
+//! connections, 3 at c16 and 2 at c6, and formed batches at both before and after this.)
 
 use std::cell::Cell;
 use std::net::SocketAddr;
