@@ -29,8 +29,6 @@ pub struct SchedulerState {
     items: AtomicU64,
     /// Of `batches`, those the submitting thread handed to an instance itself (the lane).
     direct: AtomicU64,
-    /// Of `direct`, those the submitting thread ran itself on the instance's backend.
-    here: AtomicU64,
     /// Of `batches`, those an instance took from the batcher itself as it finished one.
     pulled: AtomicU64,
     /// Requests their submitting thread queued in the batcher behind busy instances.
@@ -39,6 +37,9 @@ pub struct SchedulerState {
     dispatched: Vec<AtomicU64>,
     batch_size: Histogram,
     batch_delay_us: Histogram,
+    /// Of `direct`, those the submitting thread ran itself on the instance's backend (last, so
+    /// that the hotter counters above keep their places).
+    here: AtomicU64,
 }
 
 /// What the scheduler actor reports.
@@ -76,12 +77,12 @@ impl SchedulerState {
             batches: AtomicU64::new(0),
             items: AtomicU64::new(0),
             direct: AtomicU64::new(0),
-            here: AtomicU64::new(0),
             pulled: AtomicU64::new(0),
             lane_queued: AtomicU64::new(0),
             dispatched: (0..instances).map(|_| AtomicU64::new(0)).collect(),
             batch_size: Histogram::new(BATCH_SIZE_BOUNDS),
             batch_delay_us: Histogram::new(LATENCY_US_BOUNDS),
+            here: AtomicU64::new(0),
         }
     }
 
