@@ -232,21 +232,31 @@ def server_threads(pid, model):
     return tids, named[0], set(named[1:])
 
 
-def change(args, tids, instance, pool, on):
-    """Puts the threads in the changed state the options ask for (`on`), or back as the server
-    made them: SCHED_BATCH or SCHED_OTHER (`--batch`), the CPU lists or every CPU (`--pin-*`)."""
+def cpu_list(cpus):
+    """`taskset -c`'s CPU list (e.g. `0,2-3`) as a set."""
+    out = set()
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def as_made(tids):
+    """Each thread's CPUs and scheduling policy as the server (and ONNX Runtime: with its default
+    thread count it pins each pool thread to a CPU of its own) made them."""
+    return {t: (os.sched_getaffinity(t), os.sched_getscheduler(t)) for t in tids}
+
+
+def change(args, tids, instance, pool, made, on):
+    """Puts the threads in the changed state the options ask for (`on`), or back as they were
+    made (`made`): SCHED_BATCH (`--batch`), the CPU lists (`--pin-*`)."""
     groups = {g for g in args.batch.split(",") if g}
-    every = f"0-{os.cpu_count() - 1}"
     for t, comm in tids.items():
         if ("frontends" in groups and comm.startswith(("actix", "grpc"))) or ("pool" in groups and t in pool):
-            quiet_run(["chrt", "-b" if on else "-o", "-p", "0", str(t)])
+            os.sched_setscheduler(t, os.SCHED_BATCH if on else made[t][1], os.sched_param(0))
     for cpus, threads in ((args.pin_instance, [instance]), (args.pin_pool, sorted(pool))):
         for t in threads if cpus else ():
-            quiet_run(["taskset", "-p", "-c", cpus if on else every, str(t)])
-
-
-def quiet_run(cmd):
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            os.sched_setaffinity(t, cpu_list(cpus) if on else made[t][0])
 
 
 def phase(args, srv, seconds):
@@ -316,21 +326,23 @@ def main():
             if pa.poll() is not None:
                 sys.exit(f"perf_analyzer exited early; see {out_dir}/perf_analyzer.log")
             tids, instance, pool = server_threads(srv.proc.pid, args.model)
+            made = as_made(tids)
             for rnd in range(args.rounds):
                 for on in ((False, True) if rnd % 2 == 0 else (True, False)):
-                    change(args, tids, instance, pool, on)
+                    change(args, tids, instance, pool, made, on)
                     time.sleep(0.5)
                     phases.append(dict(phase(args, srv, args.phase_s), round=rnd, changed=on))
                     print(phases[-1], flush=True)
             for on in ((False, True) if changed else (False,)):
-                change(args, tids, instance, pool, on)
+                change(args, tids, instance, pool, made, on)
                 time.sleep(0.5)
                 traces["changed" if on else "as made"] = trace(args, srv, out_dir, "changed" if on else "as-made",
                                                                tids, instance, pool)
         finally:
             pa.kill()
             pa.wait()
-    summarize(args, out_dir, stamp, header, phases, traces)
+    placement = {"instance": sorted(made[instance][0]), "pool": [sorted(made[t][0]) for t in sorted(pool)]}
+    summarize(args, out_dir, stamp, header, phases, traces, placement)
 
 
 def pct(x):
@@ -348,11 +360,13 @@ def change_text(args):
     return "; ".join(parts)
 
 
-def summarize(args, out_dir, stamp, header, phases, traces):
+def summarize(args, out_dir, stamp, header, phases, traces, placement):
     lines = [f"# Where the instance's thread is at {args.model} {args.protocol} c{args.concurrency} ({stamp})", "",
              f"server {header['server']} (git HEAD {header['git_head'][:12]}); load average "
              f"{header['loadavg_at_start']:.2f} at start; every CPU's scheduler switches traced for "
-             f"{args.seconds:g} s" + (f"; the change: {change_text(args)}" if traces.keys() - {"as made"} else "") + ".", ""]
+             f"{args.seconds:g} s" + (f"; the change: {change_text(args)}" if traces.keys() - {"as made"} else "") + ".",
+             "", f"As made, the instance's thread may run on CPUs {placement['instance']} and ONNX Runtime's pool "
+             f"threads on {placement['pool']}.", ""]
     if phases:
         lines += [f"Phases of {args.phase_s:g} s on the same load, the threads as made and changed, alternating:", "",
                   "| round | threads | infer/s | requests per execution | server CPU µs per inference |",
@@ -373,7 +387,7 @@ def summarize(args, out_dir, stamp, header, phases, traces):
     for label, r in traces.items():
         lines += trace_lines(label, r)
     common.write_summary(out_dir, {"header": header, "stamp": stamp, "args": vars(args), "phases": phases,
-                                   "traces": traces}, lines)
+                                   "traces": traces, "placement": placement}, lines)
 
 
 def trace_lines(label, r):

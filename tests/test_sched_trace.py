@@ -94,3 +94,8 @@ def test_wakeups_tell_a_busy_cpu_from_an_idle_one():
         "server actix-rt|system": {"a busy CPU": {"count": 1, "p50_us": pytest.approx(500), "p90_us": pytest.approx(500)}},
         "instance": {"an idle CPU": {"count": 1, "p50_us": pytest.approx(200), "p90_us": pytest.approx(200)}},
     }
+
+
+def test_cpu_lists_read_as_taskset_writes_them():
+    assert sched_trace.cpu_list("0") == {0}
+    assert sched_trace.cpu_list("0,2-4") == {0, 2, 3, 4}

@@ -3,6 +3,7 @@
 //! its own `Session` on its own thread.
 
 mod gpu;
+mod placement;
 mod strings;
 mod values;
 
@@ -18,6 +19,7 @@ use tritium_actors::tensor::element_count;
 use tritium_actors::{Backend, BackendFactory, BatchInput, DataType, Error, InstanceSpec, Result, Tensor};
 pub(crate) use values::{le_bytes, le_vec};
 
+use self::placement::Placement;
 use super::watchdog;
 
 /// The process's one ONNX Runtime environment; sessions need it alive.
@@ -63,6 +65,14 @@ pub struct OnnxOptions {
     pub config_entries: Vec<(String, String)>,
     /// What GPU instances ask of ONNX Runtime (providers, CUDA graphs).
     pub gpu: OnnxGpu,
+}
+
+impl OnnxOptions {
+    /// Whether the intra-op pool threads sleep between parallel sections
+    /// (`session.intra_op.allow_spinning` = `0`) rather than spin through every run.
+    fn pool_sleeps(&self) -> bool {
+        self.config_entries.iter().any(|(k, v)| k == "session.intra_op.allow_spinning" && v == "0")
+    }
 }
 
 /// One input or output as the ONNX file declares it; `-1` marks a dynamic dimension.
@@ -171,11 +181,18 @@ impl BackendFactory for OnnxFactory {
         // On the CPU a session's run keeps nothing per thread: a lone request may run on the
         // thread that submitted it. A GPU session stays on its instance's thread (its stream).
         let inline = providers.is_empty();
+        // The pool threads the session makes are the ones named like this thread that it adds.
+        let movable = inline && instance.cpu_cores.is_empty() && self.options.pool_sleeps();
+        let before = movable.then(placement::named_like_me);
         let session = open(&self.file, &self.options, providers)?;
+        let placement = before.and_then(|before| {
+            let pool = placement::named_like_me().difference(&before).copied().collect();
+            Placement::new(&instance.name, &pool)
+        });
         let inputs =
             session.inputs().iter().map(|o| io(&self.file, o.name(), o.dtype())).collect::<Result<Vec<_>>>()?;
         let outputs = session.outputs().iter().map(|o| o.name().to_string()).collect();
-        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs, outputs, inline }))
+        Ok(Box::new(OnnxBackend { model: self.model.clone(), session, inputs, outputs, inline, placement }))
     }
 }
 
@@ -187,6 +204,8 @@ struct OnnxBackend {
     outputs: Vec<String>,
     /// Runs on the CPU only: a batch may run on another thread than the instance's.
     inline: bool,
+    /// The instance's thread, until it has moved off its pool's cores (`placement.rs`).
+    placement: Option<Placement>,
 }
 
 impl OnnxBackend {
@@ -219,6 +238,9 @@ impl Backend for OnnxBackend {
     }
 
     fn execute(&mut self, batch: BatchInput<'_>) -> Result<Vec<Tensor>> {
+        if self.placement.as_mut().is_some_and(Placement::after_run) {
+            self.placement = None;
+        }
         let mut values: Vec<(&str, SessionInputValue<'_>)> = Vec::with_capacity(batch.inputs.len());
         for tensor in batch.inputs {
             self.check_input(tensor)?;
