@@ -9,7 +9,8 @@
 //! idled: at mlp c16 on 2 cores the instance was preempted by its pool thread 455-560 times in 2 s
 //! and a core idled 15 % of the time. Kept on the core the pool leaves, the load served 1.08
 //! (HTTP) and 1.11 (gRPC) times the requests per second for 0.92-0.93 times the server's CPU per
-//! request (loadtests/PROFILES.md, "where the instance's thread is at mlp c16", 2026-12-06).
+//! request, in phases alternating on one server (loadtests/PROFILES.md, "where the instance's
+//! thread is at mlp c16", 2026-12-06).
 //!
 //! Only once the pool has worked: a small model's runs never leave the calling thread (ONNX
 //! Runtime's cost model keeps small kernels there), and several such models' threads would
