@@ -110,7 +110,7 @@ impl Placement {
     /// the pool has worked. True when done with (moved, or it cannot be).
     pub(super) fn after_run(&mut self) -> bool {
         self.runs += 1;
-        if self.runs % CHECK_EVERY != 0 || ticks(&self.pool) < self.baseline + POOL_AT_WORK {
+        if !self.runs.is_multiple_of(CHECK_EVERY) || ticks(&self.pool) < self.baseline + POOL_AT_WORK {
             return false;
         }
         let mut set = CpuSet::new();
