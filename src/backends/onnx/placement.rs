@@ -109,7 +109,7 @@ impl Placement {
     /// Counts a run (on any thread); every `CHECK_EVERY` runs, moves the instance's thread once
     /// the pool has worked. True when done with (moved, or it cannot be).
     pub(super) fn after_run(&mut self) -> bool {
-        self.runs += 1;
+        self.runs = self.runs.wrapping_add(1);
         if !self.runs.is_multiple_of(CHECK_EVERY) || ticks(&self.pool) < self.baseline + POOL_AT_WORK {
             return false;
         }
