@@ -12,11 +12,30 @@ use std::time::{Duration, Instant};
 /// `Instant` ↔ CLOCK_MONOTONIC nanoseconds (Triton's steady clock), fixed once.
 pub(super) fn clock_anchor() -> (Instant, u64) {
     static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
-    *ANCHOR.get_or_init(|| {
-        let now = Instant::now();
+    *ANCHOR.get_or_init(anchor_pair)
+}
+
+/// An `Instant` and the CLOCK_MONOTONIC nanoseconds of the same moment: the clock read between
+/// two `Instant`s, the closest of a few tries, against their midpoint. A single pair read while
+/// the thread was preempted between the two reads would shift every trace time by that pause
+/// (a client's own CLOCK_MONOTONIC times then seem to come after the server's).
+fn anchor_pair() -> (Instant, u64) {
+    let mut best: Option<(Duration, Instant, u64)> = None;
+    for _ in 0..16 {
+        let before = Instant::now();
         let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        (now, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-    })
+        let after = Instant::now();
+        let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        let width = after - before;
+        if best.is_none_or(|(w, _, _)| width < w) {
+            best = Some((width, before + width / 2, ns));
+        }
+        if width < Duration::from_micros(1) {
+            break;
+        }
+    }
+    let (_, at, ns) = best.expect("at least one try");
+    (at, ns)
 }
 
 pub(super) fn ns_of(at: Instant) -> u64 {
