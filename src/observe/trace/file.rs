@@ -159,4 +159,20 @@ mod tests {
         files.handle(WriteMsg::Indexed { path: p.into(), json: "{\"id\":3}".into() });
         assert_eq!(std::fs::read_to_string(format!("{p}.0")).unwrap(), "[{\"id\":3}]");
     }
+
+    #[test]
+    fn an_instant_maps_onto_the_monotonic_clock_read_beside_it() {
+        let read = || {
+            let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        // The clock read just before and just after bracket the instant's mapping.
+        for _ in 0..100 {
+            let before = read();
+            let mapped = ns_of(Instant::now());
+            let after = read();
+            let slack = 50_000; // 50 µs either way: the anchor's own bracket, and a pause here
+            assert!(before <= mapped + slack && mapped <= after + slack, "{before} {mapped} {after}");
+        }
+    }
 }
