@@ -23,10 +23,12 @@ import bisect
 import csv
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sched_trace  # noqa: E402
 
 
 def trace_args(out):
@@ -59,46 +61,30 @@ def stop_sched(proc, out, point, server_pid):
 # chatload's threads (its main thread, its pacer and its tokio runtime's workers).
 CLIENT_THREADS = {"chatload", "chatload-pacer", "tokio-rt-worker"}
 
-SWITCH = re.compile(r"prev_comm=(.*?) prev_pid=(\d+) prev_prio=\d+ prev_state=(\S+) ==> "
-                    r"next_comm=(.*?) next_pid=(\d+)")
-WAKEUP = re.compile(r"comm=(.*?) pid=(\d+) prio")
-
-
 def waits(out, point, tids):
     """Each watched thread's waits for a core, (start ns, end ns, tid, the thread it got the
     core from), and every CPU's timeline, {cpu: [(start ns, end ns, tid, comm)]}."""
     data = os.path.join(out, f"{point}-sched.data")
-    text = subprocess.run(["perf", "script", "-i", data, "-F", "cpu,time,event,trace", "--ns"], capture_output=True,
+    text = subprocess.run(["perf", "script", "-i", data, "-F", sched_trace.FIELDS, "--ns"], capture_output=True,
                           text=True).stdout
     runnable, found, cpus, running = {}, [], {}, {}
-    for line in text.splitlines():
-        head, _, rest = line.partition(": sched:")
-        try:
-            cpu_text, time_text = head.split("]", 1)
-            cpu = int(cpu_text.strip().lstrip("["))
-            ns = int(round(float(time_text.strip().rstrip(":")) * 1e9))
-        except ValueError:
+    for e in sched_trace.parse(text):
+        ns = int(round(e.time * 1e9))
+        if isinstance(e, sched_trace.Wakeup):
+            if e.woken in tids:
+                runnable.setdefault(e.woken, ns)
             continue
-        if rest.startswith("sched_switch"):
-            m = SWITCH.search(rest)
-            if not m:
-                continue
-            prev, state, nxt = int(m.group(2)), m.group(3), int(m.group(5))
-            if cpu in running:
-                since, tid, comm = running[cpu]
-                cpus.setdefault(cpu, []).append((since, ns, tid, comm))
-            running[cpu] = (ns, nxt, m.group(4))
-            if prev in tids:
-                if state.startswith("R"):
-                    runnable[prev] = ns  # preempted: still runnable
-                else:
-                    runnable.pop(prev, None)  # asleep: a wake-up it had is spent
-            if nxt in tids and nxt in runnable:
-                found.append((runnable.pop(nxt), ns, nxt, m.group(1)))
-        elif rest.startswith("sched_wakeup"):
-            m = WAKEUP.search(rest)
-            if m and int(m.group(2)) in tids:
-                runnable.setdefault(int(m.group(2)), ns)
+        if e.cpu in running:
+            since, tid, comm = running[e.cpu]
+            cpus.setdefault(e.cpu, []).append((since, ns, tid, comm))
+        running[e.cpu] = (ns, e.next, e.next_comm)
+        if e.prev in tids:
+            if e.state == "R":
+                runnable[e.prev] = ns  # preempted: still runnable
+            else:
+                runnable.pop(e.prev, None)  # asleep: a wake-up it had is spent
+        if e.next in tids and e.next in runnable:
+            found.append((runnable.pop(e.next), ns, e.next, e.prev_comm))
     found.sort()
     return found, cpus
 

@@ -87,23 +87,27 @@ class Switch:
         self.frame = frame
 
 
+# What `perf script` prints of each event for `parse` (add `ip,sym` for the call chains).
+FIELDS = "comm,tid,cpu,time,event,trace"
+
+
 def parse(text):
-    """The sched_switch and sched_wakeup events of `perf script -F
-    comm,tid,cpu,time,event,trace,ip,sym`, each with its call chain (blank-line separated
-    blocks), in time order."""
-    out = []
-    for block in text.split("\n\n"):
-        lines = [l for l in block.split("\n") if l.strip()]
-        if not lines:
-            continue
-        m = SWITCH.match(lines[0])
+    """The sched_switch and sched_wakeup events of `perf script -F FIELDS[,ip,sym]`, in time
+    order; a switch's `frame` is the last line of its call chain when one is printed (the
+    leaving thread's innermost user frame), else `?`."""
+    out, last = [], None
+    for line in text.splitlines():
+        m = SWITCH.match(line)
         if m:
-            frames = [l.split()[-1] for l in lines[1:]]
-            out.append(Switch(m, frames[-1] if frames else "?"))
+            last = Switch(m, "?")
+            out.append(last)
             continue
-        m = WAKEUP.match(lines[0])
+        m = WAKEUP.match(line)
         if m:
             out.append(Wakeup(m))
+            last = None
+        elif last is not None and line.strip():
+            last.frame = line.split()[-1]
     out.sort(key=lambda e: e.time)
     return out
 
@@ -279,7 +283,7 @@ def trace(args, srv, out_dir, label, tids, instance, pool):
                    stdout=subprocess.DEVNULL, stderr=open(os.path.join(out_dir, f"perf-{label}.log"), "w"))
     wall = time.time() - t0
     d = common.stats_delta(common.model_stats(srv.base, args.model), before)
-    text = subprocess.run(["perf", "script", "-i", data, "-F", "comm,tid,cpu,time,event,trace,ip,sym"],
+    text = subprocess.run(["perf", "script", "-i", data, "-F", FIELDS + ",ip,sym"],
                           check=True, capture_output=True, text=True).stdout
     events = parse(text)
     result = analyze(events, set(tids), instance, pool)

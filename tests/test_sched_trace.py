@@ -99,3 +99,11 @@ def test_wakeups_tell_a_busy_cpu_from_an_idle_one():
 def test_cpu_lists_read_as_taskset_writes_them():
     assert sched_trace.cpu_list("0") == {0}
     assert sched_trace.cpu_list("0,2-4") == {0, 2, 3, 4}
+
+
+def test_parse_reads_output_printed_without_call_chains():
+    # chat_tail.py asks perf for the events alone: no frame lines, no blank lines between events.
+    bare = "\n".join(line for line in TRACE.splitlines() if line.strip() and not line.startswith("\t"))
+    events = sched_trace.parse(bare)
+    assert [type(e).__name__ for e in events] == [type(e).__name__ for e in sched_trace.parse(TRACE)]
+    assert all(e.frame == "?" for e in events if isinstance(e, sched_trace.Switch))
