@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -308,6 +309,58 @@ def parse_pa_text(text):
 SUMMARY_LINE = "Inferences/Second vs. Client"
 
 
+# perf_analyzer is killed past this much resident memory. Closing a measurement window costs it
+# time quadratic in the window's requests, so against a server that answers 25,000/s and more it
+# can fall behind for good and grow without end: 21 GB of this machine's 24 in 10 minutes at
+# add_sub c16 against the floor with -p 1500 (loadtests/PROFILES.md, "perf_analyzer at
+# 22,000–25,000 infer/s").
+PA_RSS_LIMIT_MB = int(os.environ.get("PA_RSS_LIMIT_MB", "4096"))
+
+
+def resident_mb(pid):
+    """The process's resident memory in MB, 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith("VmRSS:"):
+                    return int(ln.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_guarded(cmd, timeout, rss_limit_mb=None, poll_s=1.0):
+    """Runs `cmd` with its stdout and stderr captured together; kills it past `timeout` seconds
+    or past `rss_limit_mb` MB of resident memory (default PA_RSS_LIMIT_MB). Returns (text, rc):
+    rc -1 when it was killed, with the reason appended to the text."""
+    limit = PA_RSS_LIMIT_MB if rss_limit_mb is None else rss_limit_mb
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    grown, done = [], threading.Event()
+
+    def watch():
+        while not done.wait(poll_s) and p.poll() is None:
+            rss = resident_mb(p.pid)
+            if rss > limit:
+                grown.append(rss)
+                p.kill()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    note = ""
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        note = f"\n[timed out after {timeout}s]\n"
+    done.set()
+    watcher.join()
+    if grown:
+        note += f"\n[killed at {grown[0]} MB resident, past the {limit} MB limit (PA_RSS_LIMIT_MB)]\n"
+    return out.decode(errors="replace") + note, (-1 if note else p.returncode)
+
+
 def run_pa(pa, model, url, protocol, concurrency, csv_path, log_path, extra=(), interval_ms=2000,
            stability=25, retry=True, timeout=600, server=None, teardown_ok=False, batch=1):
     """One perf_analyzer run at one concurrency level. Returns the CSV row's figures plus the
@@ -329,11 +382,7 @@ def run_pa(pa, model, url, protocol, concurrency, csv_path, log_path, extra=(), 
         if os.path.exists(csv_path):
             os.remove(csv_path)
         t0 = time.time()
-        try:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-            text, rc = p.stdout.decode(errors="replace"), p.returncode
-        except subprocess.TimeoutExpired as e:
-            text, rc = (e.stdout or b"").decode(errors="replace") + f"\n[timed out after {timeout}s]\n", -1
+        text, rc = run_guarded(cmd, timeout)
         with open(log_path, "a") as log:
             log.write(f"$ {' '.join(cmd)}\n{text}\n[rc {rc}, {time.time() - t0:.1f} s]\n\n")
         measured, _, after = text.partition(SUMMARY_LINE)

@@ -21,6 +21,12 @@ Options for issue 19 point 1 (the mlp instance fed at c16):
   --loads mlp_http,mlp_grpc   only some loads (add_sub_http, add_sub_grpc, mlp_http, mlp_grpc;
               also mlp_http_c1 for the latency of a lone mlp request); the floors start only for
               add_sub.
+  --loads ...,add_sub_http_c16,add_sub_grpc_c16   add_sub at c16 against old, new and the floors:
+              the server's CPU per request with nothing but answering to do (the floor's). With
+              the mlp loads, each mlp row then also says what 0.85 of the bound leaves the server
+              beyond the model, and the share of the bound a server would reach whose CPU beyond
+              the model were the floor's at c16, with no core idle: (perf_analyzer + the model) ÷
+              (perf_analyzer + the model + the floor), the same repeat's figures.
   --old-model-repository     the old build's repository (model_repository/ is the new build's).
   --old-mlp-batching / --new-mlp-batching TEXT   what that subject's mlp dynamic_batching holds.
   --old-mlp-instances / --new-mlp-instances N   that subject's mlp instance_group count (the
@@ -72,7 +78,8 @@ from common import median, spread  # noqa: E402
 
 LOADS = {"add_sub_http": ("add_sub", "http", "bin", 1), "add_sub_grpc": ("add_sub", "grpc", "bin", 1),
          "mlp_http": ("mlp", "http", "bin", 16), "mlp_grpc": ("mlp", "grpc", "bin", 16),
-         "mlp_http_c1": ("mlp", "http", "bin", 1)}
+         "mlp_http_c1": ("mlp", "http", "bin", 1),
+         "add_sub_http_c16": ("add_sub", "http", "bin", 16), "add_sub_grpc_c16": ("add_sub", "grpc", "bin", 16)}
 DEFAULT_LOADS = "add_sub_http,add_sub_grpc,mlp_http,mlp_grpc"
 SUBJECTS = ["old", "new", "floor", "floor_grpc", "triton"]
 
@@ -170,11 +177,17 @@ def main():
         sys.exit(f"missing {args.triton_ref}: run loadtests/triton_ref/setup.sh (or leave out --triton)")
     args.server = args.new
     mlp_loads = [x for x in loads if x[0] == "mlp"]
-    targets.PLAN.update({"old": loads, "new": loads, "triton": mlp_loads})
+    targets.PLAN.update({"old": loads, "new": loads, "triton": mlp_loads,
+                         "floor": [x for x in loads if x[:2] == ("add_sub", "http")],
+                         "floor_grpc": [x for x in loads if x[:2] == ("add_sub", "grpc")]})
+    for proto in ("http", "grpc"):
+        # the floors answer add_sub at c16 at 25,000-40,000/s here: a 1.5 s window stalled
+        # perf_analyzer for 600 s (targets.INTERVAL_MS)
+        targets.INTERVAL_MS[("add_sub", proto, "bin", 16)] = min(args.interval_ms, 400)
     subjects = ["old", "new"]
-    if any(x[:2] == ("add_sub", "http") for x in loads):
+    if targets.PLAN["floor"]:
         subjects.append("floor")
-    if any(x[:2] == ("add_sub", "grpc") for x in loads):
+    if targets.PLAN["floor_grpc"]:
         subjects.append("floor_grpc")
     if args.triton and mlp_loads:
         subjects.append("triton")
@@ -371,9 +384,22 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
             o, n = g(rep, "old", "add_sub", proto, 1), g(rep, "new", "add_sub", proto, 1)
             if o and n:
                 add(f"add_sub_{proto}_new_vs_old", n["p50_us"] / o["p50_us"])
+            f16 = g(rep, floor, "add_sub", proto, 16)
+            for b, r in (("old", g(rep, "old", "add_sub", proto, 16)), ("new", g(rep, "new", "add_sub", proto, 16)),
+                         ("floor", f16)):
+                if r:
+                    add(f"add_sub_c16_{proto}_{b}_server_cpu", targets.us_per_inference(r, "server_cores"))
+                    add(f"add_sub_c16_{proto}_{b}_client_cpu", targets.us_per_inference(r, "client_cores"))
+                    add(f"add_sub_c16_{proto}_{b}_ips", r["infer_per_s"])
             o, n = g(rep, "old", "mlp", proto, 16), g(rep, "new", "mlp", proto, 16)
             tr = g(rep, "triton", "mlp", proto, 16)
             for b, r in (("old", o), ("new", n), ("triton", tr)):
+                if r and f16:
+                    # a server whose CPU beyond the model were the floor's at c16, with no core idle
+                    pa_model = targets.us_per_inference(r, "client_cores") + model_cpu(r, ceilings)
+                    floor_cpu = targets.us_per_inference(f16, "server_cores")
+                    add(f"mlp_{proto}_{b}_floor_best", pa_model / (pa_model + floor_cpu))
+                    add(f"mlp_{proto}_{b}_budget", pa_model / 0.85 - pa_model)
                 if r:
                     add(f"mlp_{proto}_{b}_bound", r["infer_per_s"] / bound(r, ceilings))
                     add(f"mlp_{proto}_{b}_busy", targets.busy(r) / instances[b])
@@ -420,6 +446,14 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
         row(f"add_sub {proto} c1 p50 ÷ floor's (target ≤ 1.3)", f"add_sub_{proto}_{{b}}_vs_floor")
         row(f"… p50 µs (floor {cell(f'add_sub_{proto}_floor_p50', 0)})", f"add_sub_{proto}_{{b}}_p50", 0)
     for proto in ("http", "grpc"):
+        if f"add_sub_c16_{proto}_floor_server_cpu" not in ratios and f"add_sub_c16_{proto}_new_server_cpu" not in ratios:
+            continue
+        fl = f"; the floor {cell(f'add_sub_c16_{proto}_floor_server_cpu', 0)}" \
+            if f"add_sub_c16_{proto}_floor_server_cpu" in ratios else ""
+        row(f"add_sub {proto} c16: server CPU µs per request{fl}", f"add_sub_c16_{proto}_{{b}}_server_cpu", 0)
+        row("… perf_analyzer's CPU µs per request", f"add_sub_c16_{proto}_{{b}}_client_cpu", 0)
+        row("… infer/s", f"add_sub_c16_{proto}_{{b}}_ips", 0)
+    for proto in ("http", "grpc"):
         if f"mlp_{proto}_new_ips" not in ratios:
             continue
         row(f"mlp {proto} c16 infer/s", f"mlp_{proto}_{{b}}_ips", 0)
@@ -432,6 +466,11 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
         row("… server CPU µs per inference", f"mlp_{proto}_{{b}}_server_cpu", 0)
         row("… the model's alone (the ceiling's, at that batch size)", f"mlp_{proto}_{{b}}_model_cpu", 0)
         row("… perf_analyzer's CPU µs per inference", f"mlp_{proto}_{{b}}_client_cpu", 0)
+        if f"mlp_{proto}_new_budget" in ratios:
+            row("… CPU µs per inference that 0.85 of the bound leaves the server beyond the model",
+                f"mlp_{proto}_{{b}}_budget", 0)
+            row("… ÷ the bound of a server costing the floor's add_sub c16 CPU beyond the model, no core idle",
+                f"mlp_{proto}_{{b}}_floor_best")
     for proto in ("http", "grpc"):
         if f"mlp_c1_{proto}_new_p50" in ratios:
             row(f"mlp {proto} c1 p50 µs", f"mlp_c1_{proto}_{{b}}_p50", 0)

@@ -23,22 +23,25 @@ thread is the lowest thread id of that name (it made the session) and the others
 A change to the server's threads can be tried on the same running load: --batch GROUPS puts
 the frontend threads (`frontends`: actix-* and grpc-*) and/or ONNX Runtime's pool threads
 (`pool`) under SCHED_BATCH (`chrt -b`: woken, such a thread does not preempt the one running on
-its CPU; it waits for a free CPU or the scheduler's tick); --pin-instance / --pin-pool hold the
-instance's thread and its pool to CPU lists (`taskset`). With a change, the threads are traced
-as the server made them and then changed; --rounds N first runs N rounds of two phases (as made,
-changed; the order alternating) and compares their infer/s and server CPU per inference. The
-experiments: loadtests/PROFILES.md (2026-12-06, "where the instance's thread is at mlp c16").
+its CPU; it waits for a free CPU or the scheduler's tick); --pin-instance / --pin-pool /
+--pin-frontends hold the instance's thread, its pool and the frontend threads to CPU lists
+(`taskset`). With a change, the threads are traced as the server made them and then changed;
+--rounds N first runs N rounds of two phases (as made, changed; the order alternating) and
+compares their infer/s and server CPU per inference. The experiments: loadtests/PROFILES.md
+(2026-12-06, "where the instance's thread is at mlp c16").
 
 Needs root (perf's scheduler tracepoints on every CPU) and `perf`; run it under quiet.py.
 
   .venv/bin/python loadtests/sched_trace.py --server BIN [--protocol http] [--seconds 2]
-      [--batch frontends,pool] [--pin-instance CPUS] [--pin-pool CPUS] [--rounds 8]
+      [--batch frontends,pool] [--pin-instance CPUS] [--pin-pool CPUS] [--pin-frontends CPUS]
+      [--rounds 8]
 
 Results: loadtests/out/sched_trace-<time>/summary.{md,json}.
 """
 
 import argparse
 import collections
+import ctypes
 import os
 import re
 import subprocess
@@ -251,14 +254,57 @@ def as_made(tids):
     return {t: (os.sched_getaffinity(t), os.sched_getscheduler(t)) for t in tids}
 
 
+class SchedAttr(ctypes.Structure):
+    """Linux's `struct sched_attr` (SCHED_ATTR_SIZE_VER1)."""
+    _fields_ = [("size", ctypes.c_uint32), ("sched_policy", ctypes.c_uint32), ("sched_flags", ctypes.c_uint64),
+                ("sched_nice", ctypes.c_int32), ("sched_priority", ctypes.c_uint32),
+                ("sched_runtime", ctypes.c_uint64), ("sched_deadline", ctypes.c_uint64),
+                ("sched_period", ctypes.c_uint64), ("sched_util_min", ctypes.c_uint32),
+                ("sched_util_max", ctypes.c_uint32)]
+
+
+SYS_SCHED_SETATTR, SYS_SCHED_GETATTR = 314, 315  # x86_64
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def set_slice_ns(tid, ns):
+    """Asks the fair scheduler (EEVDF, Linux 6.12 and later) for a slice of `ns` for the thread
+    (0: the default): a shorter slice gives a woken thread an earlier deadline, so it preempts the
+    thread on its CPU sooner, and runs less before it is preempted itself."""
+    attr = SchedAttr()
+    if LIBC.syscall(SYS_SCHED_GETATTR, tid, ctypes.byref(attr), ctypes.sizeof(attr), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"sched_getattr({tid})")
+    attr.size, attr.sched_runtime = ctypes.sizeof(attr), ns
+    if LIBC.syscall(SYS_SCHED_SETATTR, tid, ctypes.byref(attr), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"sched_setattr({tid})")
+
+
+def slices(spec):
+    """`--slice-us`'s GROUP=US entries as {group: ns}."""
+    out = {}
+    for item in spec:
+        group, _, us = item.partition("=")
+        if group not in ("instance", "pool", "frontends") or not us.isdigit():
+            sys.exit(f"--slice-us {item}: want instance|pool|frontends=MICROSECONDS")
+        out[group] = int(us) * 1000
+    return out
+
+
 def change(args, tids, instance, pool, made, on):
     """Puts the threads in the changed state the options ask for (`on`), or back as they were
-    made (`made`): SCHED_BATCH (`--batch`), the CPU lists (`--pin-*`)."""
+    made (`made`): SCHED_BATCH (`--batch`), the CPU lists (`--pin-*`), the slices
+    (`--slice-us`)."""
     groups = {g for g in args.batch.split(",") if g}
+    members = {"instance": [instance], "pool": sorted(pool),
+               "frontends": sorted(t for t, comm in tids.items() if comm.startswith(("actix", "grpc")))}
+    for group, ns in slices(args.slice_us).items():
+        for t in members[group]:
+            set_slice_ns(t, ns if on else 0)  # the server sets no slice of its own
     for t, comm in tids.items():
         if ("frontends" in groups and comm.startswith(("actix", "grpc"))) or ("pool" in groups and t in pool):
             os.sched_setscheduler(t, os.SCHED_BATCH if on else made[t][1], os.sched_param(0))
-    for cpus, threads in ((args.pin_instance, [instance]), (args.pin_pool, sorted(pool))):
+    for cpus, threads in ((args.pin_instance, [instance]), (args.pin_pool, sorted(pool)),
+                          (args.pin_frontends, members["frontends"])):
         for t in threads if cpus else ():
             os.sched_setaffinity(t, cpu_list(cpus) if on else made[t][0])
 
@@ -304,6 +350,10 @@ def main():
     ap.add_argument("--batch", default="", help="comma-separated: frontends, pool (SCHED_BATCH)")
     ap.add_argument("--pin-instance", metavar="CPUS", help="taskset CPU list for the instance's thread")
     ap.add_argument("--pin-pool", metavar="CPUS", help="taskset CPU list for ONNX Runtime's pool threads")
+    ap.add_argument("--pin-frontends", metavar="CPUS",
+                    help="taskset CPU list for the frontend threads (actix-* and grpc-*)")
+    ap.add_argument("--slice-us", action="append", default=[], metavar="GROUP=US",
+                    help="the fair scheduler's slice for instance, pool or frontends (repeatable)")
     ap.add_argument("--rounds", type=int, default=0,
                     help="with a change: rounds of two phases, as the server made its threads and "
                          "changed, the order alternating, before the traces")
@@ -312,7 +362,7 @@ def main():
     groups = {g for g in args.batch.split(",") if g}
     if groups - {"frontends", "pool"}:
         sys.exit(f"--batch: unknown groups {sorted(groups - {'frontends', 'pool'})}")
-    changed = bool(groups or args.pin_instance or args.pin_pool)
+    changed = bool(groups or args.pin_instance or args.pin_pool or args.pin_frontends or slices(args.slice_us))
     if args.rounds and not changed:
         sys.exit("--rounds compares the threads as made with a change: give --batch or --pin-*")
     common.check_inputs(args, [args.model])
@@ -361,6 +411,10 @@ def change_text(args):
         parts.append(f"the instance's thread on CPUs {args.pin_instance}")
     if args.pin_pool:
         parts.append(f"ONNX Runtime's pool on CPUs {args.pin_pool}")
+    if args.pin_frontends:
+        parts.append(f"the frontend threads on CPUs {args.pin_frontends}")
+    for group, ns in slices(args.slice_us).items():
+        parts.append(f"a slice of {ns // 1000} µs for the {group} thread(s)")
     return "; ".join(parts)
 
 

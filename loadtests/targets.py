@@ -225,6 +225,13 @@ def run_ceiling(args, out_dir, rep, batches=CEILING_BATCHES):
     return out
 
 
+# perf_analyzer's window (-p, ms) for a load, where it must differ from --interval-ms: its cost
+# of closing a window grows with the square of the requests in it (loadtests/PROFILES.md,
+# "perf_analyzer at 22,000–25,000 infer/s"), so a load that a server answers at 25,000/s and
+# more wants a short window; keyed by (model, protocol, fmt, concurrency).
+INTERVAL_MS = {}
+
+
 def measure(args, out_dir, rep, subject, srv, runs, failures):
     for model, protocol, fmt, c in PLAN[subject]:
         label = f"rep{rep}-{subject}-{model}-{protocol}-{fmt}-c{c}"
@@ -240,7 +247,8 @@ def measure(args, out_dir, rep, subject, srv, runs, failures):
             cpu0, pa0, t0 = common.tree_cpu_s(srv.proc.pid), common.children_cpu_s(), time.monotonic()
             r = common.run_pa(args.perf_analyzer, model, srv.url(protocol), protocol, c,
                               os.path.join(out_dir, label + ".csv"), os.path.join(out_dir, label + ".log"),
-                              extra=extra, interval_ms=args.interval_ms, stability=args.stability,
+                              extra=extra, interval_ms=INTERVAL_MS.get((model, protocol, fmt, c), args.interval_ms),
+                              stability=args.stability,
                               server=stats_srv, batch=client_batch(fmt))
             wall = time.monotonic() - t0
             r["server_cores"] = (common.tree_cpu_s(srv.proc.pid) - cpu0) / wall
