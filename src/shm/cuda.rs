@@ -6,13 +6,13 @@
 //! when the response is made (a copy each way: the engine's tensors live in host memory).
 //! Without CUDA (no `libtorch_cuda.so`, or no GPU) registering is refused with the reason.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use parking_lot::RwLock;
 use tritium_actors::{Error, Result};
 use tritium_ffi::cuda::IpcMemory;
+
+use super::table::Table;
 
 /// A registered CUDA region.
 pub struct CudaRegion {
@@ -33,7 +33,7 @@ pub struct CudaRegionStatus {
 /// The registered CUDA regions, by name.
 #[derive(Default)]
 pub struct CudaRegistry {
-    regions: RwLock<BTreeMap<String, Arc<CudaRegion>>>,
+    regions: Table<CudaRegion>,
 }
 
 /// The process's CUDA registry, shared by every frontend.
@@ -85,40 +85,22 @@ impl CudaRegistry {
         let memory = runtime
             .open_ipc(raw_handle, device_id as usize, byte_size as usize)
             .map_err(|e| Error::invalid(format!("failed to register CUDA shared memory region '{name}': {e}")))?;
-        let region = Arc::new(CudaRegion { name: name.into(), device_id, byte_size, memory });
-        let mut regions = self.regions.write();
-        if regions.contains_key(name) {
-            return Err(super::already_registered(name));
-        }
-        regions.insert(name.into(), region);
-        Ok(())
+        self.regions.insert(name, CudaRegion { name: name.into(), device_id, byte_size, memory })
     }
 
     /// Unregisters one region, or every region when `name` is empty; an unknown name is not an
     /// error. The handle closes when the last request using the region is done.
     pub fn unregister(&self, name: &str) {
-        let mut regions = self.regions.write();
-        if name.is_empty() {
-            regions.clear();
-        } else {
-            regions.remove(name);
-        }
+        self.regions.remove(name);
     }
 
     /// The status of one region, or of every region when `name` is empty.
     pub fn status(&self, name: &str) -> Result<Vec<CudaRegionStatus>> {
-        let regions = self.regions.read();
-        if name.is_empty() {
-            return Ok(regions.values().map(|r| r.status()).collect());
-        }
-        regions
-            .get(name)
-            .map(|r| vec![r.status()])
-            .ok_or_else(|| Error::not_found(format!("Unable to find cuda shared memory region: '{name}'")))
+        self.regions.status(name, "cuda", CudaRegion::status)
     }
 
     pub(super) fn get(&self, name: &str) -> Option<Arc<CudaRegion>> {
-        self.regions.read().get(name).cloned()
+        self.regions.get(name)
     }
 }
 

@@ -11,14 +11,14 @@
 //! and a request keeps its bytes even if the region is unregistered or rewritten meanwhile.
 
 mod cuda;
+mod table;
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use parking_lot::RwLock;
+use table::Table;
 use tritium_actors::{Error, Result};
 
 /// A registered system shared-memory region.
@@ -105,7 +105,7 @@ pub struct Placement {
 /// The registered system shared-memory regions, by name.
 #[derive(Default)]
 pub struct Registry {
-    regions: RwLock<BTreeMap<String, Arc<SystemRegion>>>,
+    regions: Table<SystemRegion>,
 }
 
 pub use cuda::cuda;
@@ -155,52 +155,31 @@ impl Registry {
     /// Maps `byte_size` bytes of the POSIX shared-memory object `key` from `offset`.
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<()> {
         // One name space for system and CUDA regions, as in Triton.
-        if self.regions.read().contains_key(name) || cuda().get(name).is_some() {
+        if self.regions.contains(name) || cuda().get(name).is_some() {
             return Err(already_registered(name));
         }
         let file = open_region(name, key, offset, byte_size)?;
-        let region = Arc::new(SystemRegion { name: name.into(), key: key.into(), offset, byte_size, file });
-        let mut regions = self.regions.write();
-        if regions.contains_key(name) {
-            return Err(already_registered(name));
-        }
-        regions.insert(name.into(), region);
-        Ok(())
+        self.regions.insert(name, SystemRegion { name: name.into(), key: key.into(), offset, byte_size, file })
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.regions.read().contains_key(name)
+        self.regions.contains(name)
     }
 
     /// Unregisters one region, or every region when `name` is empty. An unknown name is not an
-    /// error (as in Triton). Requests that still read the region keep their mapping.
+    /// error (as in Triton). A request that still holds the region keeps its object open until
+    /// it is done.
     pub fn unregister(&self, name: &str) {
-        let mut regions = self.regions.write();
-        if name.is_empty() {
-            regions.clear();
-        } else {
-            regions.remove(name);
-        }
+        self.regions.remove(name);
     }
 
     /// The status of one region, or of every region when `name` is empty.
     pub fn status(&self, name: &str) -> Result<Vec<RegionStatus>> {
-        let regions = self.regions.read();
-        if name.is_empty() {
-            return Ok(regions.values().map(|r| r.status()).collect());
-        }
-        regions
-            .get(name)
-            .map(|r| vec![r.status()])
-            .ok_or_else(|| Error::not_found(format!("Unable to find system shared memory region: '{name}'")))
+        self.regions.status(name, "system", SystemRegion::status)
     }
 
     fn get(&self, name: &str) -> Result<Arc<SystemRegion>> {
-        self.regions
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("Unable to find shared memory region: '{name}'")))
+        self.regions.get(name).ok_or_else(|| Error::not_found(format!("Unable to find shared memory region: '{name}'")))
     }
 
     /// A copy of `byte_size` bytes at `offset` of region `name`.
