@@ -6,6 +6,7 @@
 //!   waits `WAIT` before the final flag.
 //! - `backend: "square"`: input `IN` (INT32 [1]) = n; sends n responses, each `OUT` = [n].
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,22 +41,36 @@ fn require_decoupled(config: &ModelConfig, backend: &str) -> Result<()> {
     Ok(())
 }
 
-pub struct RepeatFactory;
+/// The factory of a built-in decoupled backend that keeps no state: the config is checked once,
+/// and each instance is a fresh `B`.
+pub struct Stateless<B>(PhantomData<fn() -> B>);
 
-impl RepeatFactory {
-    pub fn from_config(config: &ModelConfig) -> Result<Self> {
-        require_decoupled(config, "repeat")?;
-        Ok(RepeatFactory)
+impl<B> Stateless<B> {
+    fn from_config(config: &ModelConfig, backend: &str) -> Result<Self> {
+        require_decoupled(config, backend)?;
+        Ok(Stateless(PhantomData))
     }
 }
 
-impl BackendFactory for RepeatFactory {
+impl<B: Backend + Default + 'static> BackendFactory for Stateless<B> {
     fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(Repeat))
+        Ok(Box::<B>::default())
     }
 }
 
-struct Repeat;
+/// The factory of the `repeat` backend.
+pub fn repeat(config: &ModelConfig) -> Result<Stateless<Repeat>> {
+    Stateless::from_config(config, "repeat")
+}
+
+/// The factory of the `square` backend.
+pub fn square(config: &ModelConfig) -> Result<Stateless<Square>> {
+    Stateless::from_config(config, "square")
+}
+
+/// `backend: "repeat"` (the module's doc).
+#[derive(Default)]
+pub struct Repeat;
 
 impl Backend for Repeat {
     fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
@@ -102,22 +117,9 @@ impl Backend for Repeat {
     }
 }
 
-pub struct SquareFactory;
-
-impl SquareFactory {
-    pub fn from_config(config: &ModelConfig) -> Result<Self> {
-        require_decoupled(config, "square")?;
-        Ok(SquareFactory)
-    }
-}
-
-impl BackendFactory for SquareFactory {
-    fn create(&self, _: &InstanceSpec) -> Result<Box<dyn Backend>> {
-        Ok(Box::new(Square))
-    }
-}
-
-struct Square;
+/// `backend: "square"` (the module's doc).
+#[derive(Default)]
+pub struct Square;
 
 impl Backend for Square {
     fn execute(&mut self, _: BatchInput<'_>) -> Result<Vec<Tensor>> {
@@ -151,6 +153,41 @@ mod tests {
     fn ints(name: &str, datatype: DataType, v: &[u32]) -> Tensor {
         let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         Tensor::new(name, datatype, vec![v.len() as i64], Bytes::from(data))
+    }
+
+    #[test]
+    fn each_backend_needs_a_decoupled_config_and_makes_its_instances() {
+        let path = std::path::Path::new("config.pbtxt");
+        let plain = crate::config::parse_pbtxt("name: \"r\"", path).unwrap();
+        for (backend, e) in [("repeat", repeat(&plain).err()), ("square", square(&plain).err())] {
+            let e = e.expect("a config that is not decoupled is refused");
+            assert_eq!(e.kind, tritium_actors::ErrorKind::InvalidArgument, "{e}");
+            assert_eq!(
+                e.message,
+                format!("model 'r': the {backend} backend needs model_transaction_policy {{ decoupled: true }}")
+            );
+        }
+        let decoupled =
+            crate::config::parse_pbtxt("name: \"r\" model_transaction_policy { decoupled: true }", path).unwrap();
+        let spec = InstanceSpec {
+            name: "r_0".into(),
+            index: 0,
+            kind: tritium_actors::InstanceKind::Cpu,
+            device: None,
+            cpu_cores: Vec::new(),
+            rate_limiter: Default::default(),
+        };
+        let mut instance = repeat(&decoupled).unwrap().create(&spec).unwrap();
+        let inputs = [ints("IN", DataType::I32, &[9])];
+        let mut sent = 0;
+        instance
+            .execute_decoupled(BatchInput::bare(&inputs, &[], 1), &mut |_| {
+                sent += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(sent, 1);
+        assert!(square(&decoupled).unwrap().create(&spec).is_ok());
     }
 
     #[test]

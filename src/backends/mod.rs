@@ -195,7 +195,7 @@ pub fn factory(
         }
         "tensorflow" => tensorflow_factory(config, model_dir, version),
         "identity" => Ok(Arc::new(identity::IdentityFactory::from_config(config)?)),
-        "repeat" => Ok(Arc::new(decoupled::RepeatFactory::from_config(config)?)),
+        "repeat" => Ok(Arc::new(decoupled::repeat(config)?)),
         "tokenizer" => {
             let file = match config.parameters.get("tokenizer_file") {
                 Some(p) => model_dir.join(version.to_string()).join(p.string_value.trim()),
@@ -204,7 +204,7 @@ pub fn factory(
             Ok(Arc::new(text::TokenizerFactory::new(config, &file)?))
         }
         "pooling" => Ok(Arc::new(text::PoolingFactory::new(config)?)),
-        "square" => Ok(Arc::new(decoupled::SquareFactory::from_config(config)?)),
+        "square" => Ok(Arc::new(decoupled::square(config)?)),
         "" => Err(Error::invalid(format!("model '{}': unable to tell the backend (set 'backend' or 'platform')", config.name))),
         other if other == "python" || triton::library_path(&env.backend_directory(), other).is_file() => {
             let dir = env.backend_directory();
