@@ -25,16 +25,18 @@ the frontend threads (`frontends`: actix-* and grpc-*) and/or ONNX Runtime's poo
 (`pool`) under SCHED_BATCH (`chrt -b`: woken, such a thread does not preempt the one running on
 its CPU; it waits for a free CPU or the scheduler's tick); --pin-instance / --pin-pool /
 --pin-frontends hold the instance's thread, its pool and the frontend threads to CPU lists
-(`taskset`). With a change, the threads are traced as the server made them and then changed;
---rounds N first runs N rounds of two phases (as made, changed; the order alternating) and
-compares their infer/s and server CPU per inference. The experiments: loadtests/PROFILES.md
-(2026-12-06, "where the instance's thread is at mlp c16").
+(`taskset`); --slice-us GROUP=US asks the fair scheduler (EEVDF, Linux 6.12 and later) for that
+slice for a group's threads (instance, pool, frontends). With a change, the threads are traced as
+the server made them and then changed; --rounds N first runs N rounds of two phases (as made,
+changed; the order alternating) and compares their infer/s and server CPU per inference. The
+experiments: loadtests/PROFILES.md (2026-12-06, "where the instance's thread is at mlp c16" and
+"what 0.85 of the bound leaves beyond the model").
 
 Needs root (perf's scheduler tracepoints on every CPU) and `perf`; run it under quiet.py.
 
   .venv/bin/python loadtests/sched_trace.py --server BIN [--protocol http] [--seconds 2]
       [--batch frontends,pool] [--pin-instance CPUS] [--pin-pool CPUS] [--pin-frontends CPUS]
-      [--rounds 8]
+      [--slice-us instance|pool|frontends=US] [--rounds 8]
 
 Results: loadtests/out/sched_trace-<time>/summary.{md,json}.
 """
@@ -364,7 +366,7 @@ def main():
         sys.exit(f"--batch: unknown groups {sorted(groups - {'frontends', 'pool'})}")
     changed = bool(groups or args.pin_instance or args.pin_pool or args.pin_frontends or slices(args.slice_us))
     if args.rounds and not changed:
-        sys.exit("--rounds compares the threads as made with a change: give --batch or --pin-*")
+        sys.exit("--rounds compares the threads as made with a change: give --batch, --pin-* or --slice-us")
     common.check_inputs(args, [args.model])
     out_dir, stamp = common.make_out_dir(args, "sched_trace")
     header = common.run_header(args)
