@@ -107,3 +107,11 @@ def test_parse_reads_output_printed_without_call_chains():
     events = sched_trace.parse(bare)
     assert [type(e).__name__ for e in events] == [type(e).__name__ for e in sched_trace.parse(TRACE)]
     assert all(e.frame == "?" for e in events if isinstance(e, sched_trace.Switch))
+
+
+def test_slice_specs_are_read_and_bad_ones_refused():
+    assert sched_trace.slices(["pool=100", "instance=5000"]) == {"pool": 100_000, "instance": 5_000_000}
+    assert sched_trace.slices([]) == {}
+    for bad in ("pool", "pool=", "pool=-5", "pool=1.5", "workers=100"):
+        with pytest.raises(SystemExit):
+            sched_trace.slices([bad])

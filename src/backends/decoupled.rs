@@ -155,6 +155,16 @@ mod tests {
         Tensor::new(name, datatype, vec![v.len() as i64], Bytes::from(data))
     }
 
+    /// The responses `backend` sends for `inputs`, in order.
+    fn sent(backend: &mut dyn Backend, inputs: &[Tensor]) -> Result<Vec<Vec<Tensor>>> {
+        let mut out = Vec::new();
+        backend.execute_decoupled(BatchInput::bare(inputs, &[], 1), &mut |o| {
+            out.push(o);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     #[test]
     fn each_backend_needs_a_decoupled_config_and_makes_its_instances() {
         let path = std::path::Path::new("config.pbtxt");
@@ -178,43 +188,25 @@ mod tests {
             rate_limiter: Default::default(),
         };
         let mut instance = repeat(&decoupled).unwrap().create(&spec).unwrap();
-        let inputs = [ints("IN", DataType::I32, &[9])];
-        let mut sent = 0;
-        instance
-            .execute_decoupled(BatchInput::bare(&inputs, &[], 1), &mut |_| {
-                sent += 1;
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(sent, 1);
-        assert!(square(&decoupled).unwrap().create(&spec).is_ok());
+        assert_eq!(sent(instance.as_mut(), &[ints("IN", DataType::I32, &[9])]).unwrap().len(), 1);
+        let mut instance = square(&decoupled).unwrap().create(&spec).unwrap();
+        assert_eq!(sent(instance.as_mut(), &[ints("IN", DataType::I32, &[2])]).unwrap().len(), 2);
     }
 
     #[test]
     fn repeat_sends_one_response_per_element_in_order() {
-        let mut got = Vec::new();
         let inputs = [ints("IN", DataType::I32, &[5, 6, 7]), ints("DELAY", DataType::U32, &[1, 1, 1])];
-        Repeat
-            .execute_decoupled(BatchInput::bare(&inputs, &[], 1), &mut |o| {
-                got.push((values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]));
-                Ok(())
-            })
-            .unwrap();
+        let got: Vec<(i32, u32)> = sent(&mut Repeat, &inputs)
+            .unwrap()
+            .iter()
+            .map(|o| (values(&o[0], i32::from_le_bytes)[0], values(&o[1], u32::from_le_bytes)[0]))
+            .collect();
         assert_eq!(got, vec![(5, 0), (6, 1), (7, 2)]);
     }
 
     #[test]
     fn square_sends_n_responses_and_refuses_bad_input() {
-        let mut n = 0;
-        let inputs = [ints("IN", DataType::I32, &[4])];
-        Square
-            .execute_decoupled(BatchInput::bare(&inputs, &[], 1), &mut |_| {
-                n += 1;
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(n, 4);
-        let bad = [ints("IN", DataType::U32, &[4])];
-        assert!(Square.execute_decoupled(BatchInput::bare(&bad, &[], 1), &mut |_| Ok(())).is_err());
+        assert_eq!(sent(&mut Square, &[ints("IN", DataType::I32, &[4])]).unwrap().len(), 4);
+        assert!(sent(&mut Square, &[ints("IN", DataType::U32, &[4])]).is_err());
     }
 }
