@@ -211,9 +211,24 @@ impl Batcher {
     /// at once: no other request is in the server to join it, and waiting `max_delay` would
     /// only add latency.
     pub fn next(&mut self, now: Instant, idle: bool) -> Next {
-        let Some(head) = self.entries().next().map(|e| &e.p) else { return Next::Empty };
+        match self.plan(now, idle) {
+            Plan::Empty => Next::Empty,
+            Plan::WaitUntil(at) => Next::WaitUntil(at),
+            Plan::Take(count) => Next::Batch((0..count).map(|_| self.pop_front().expect("counted")).collect()),
+        }
+    }
+
+    /// Whether `next` would send a batch now while an instance executes (`idle` false), without
+    /// taking it: for a submitter whose request may complete the batch an instance waits for.
+    pub fn ready(&self, now: Instant) -> bool {
+        matches!(self.plan(now, false), Plan::Take(_))
+    }
+
+    /// What `next` does: how many requests from the head go now, or until when to wait.
+    fn plan(&self, now: Instant, idle: bool) -> Plan {
+        let Some(head) = self.entries().next().map(|e| &e.p) else { return Plan::Empty };
         if !self.dynamic {
-            return Next::Batch(vec![self.pop_front().expect("not empty")]);
+            return Plan::Take(1);
         }
         let max_preferred = self.preferred.last().copied();
         // Count how many requests from the head can join one batch, and the longest prefix of
@@ -248,11 +263,18 @@ impl Batcher {
             let full = blocked || items >= self.max_items || max_preferred.is_some_and(|m| items >= m);
             let lone = idle && count == 1 && self.len() == 1;
             if !(full || late || lone || self.max_delay.is_zero()) {
-                return Next::WaitUntil(deadline);
+                return Plan::WaitUntil(deadline);
             }
         }
-        Next::Batch((0..count).map(|_| self.pop_front().expect("counted")).collect())
+        Plan::Take(count)
     }
+}
+
+/// The batcher's decision before it takes anything (`Batcher::plan`).
+enum Plan {
+    Empty,
+    Take(usize),
+    WaitUntil(Instant),
 }
 
 impl Queue for Batcher {
@@ -400,6 +422,21 @@ mod tests {
         }
         b.push(pending(2, 4, t0)).unwrap();
         assert_eq!(sizes(b.next(t0 + delay, false)), vec![1, 2]);
+    }
+
+    #[test]
+    fn ready_says_whether_a_batch_would_go_now_and_takes_nothing() {
+        let mut b = preferring_four();
+        let t0 = Instant::now();
+        assert!(!b.ready(t0), "nothing queued");
+        for n in 1..=4 {
+            b.push(pending(1, 4, t0)).unwrap();
+            assert_eq!(b.ready(t0), n == 4, "a preferred size of 4 goes at once; {n} waits");
+        }
+        assert_eq!(b.len(), 4, "ready takes nothing");
+        assert_eq!(sizes(b.next(t0, false)).len(), 4);
+        b.push(pending(1, 4, t0)).unwrap();
+        assert!(!b.ready(t0) && b.ready(t0 + Duration::from_secs(10)), "a lone request goes once its delay ran");
     }
 
     #[test]

@@ -20,6 +20,10 @@ pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
 
     /// Runs `callback` at `at` (at once if it has passed). Keep it short: send a message.
     fn at(&self, at: Instant, callback: Callback);
+
+    /// Whether a thread may wait for this clock's instants itself (a timed wait, in real time);
+    /// a virtual clock's instants come only through `at`.
+    fn is_real(&self) -> bool;
 }
 
 /// The shared clock of one model version's actors.
@@ -36,6 +40,10 @@ impl Clock for SystemClock {
 
     fn at(&self, at: Instant, callback: Callback) {
         crate::timer::at(at, callback);
+    }
+
+    fn is_real(&self) -> bool {
+        true
     }
 }
 
@@ -125,6 +133,10 @@ impl Clock for ManualClock {
         s.seq += 1;
         let seq = s.seq;
         s.due.push(Reverse(Pending { at, seq, callback }));
+    }
+
+    fn is_real(&self) -> bool {
+        false
     }
 }
 

@@ -13,6 +13,7 @@
 
 use std::sync::mpsc::{RecvError, SendError, TryRecvError, TrySendError};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -120,6 +121,25 @@ impl<T> Receiver<T> {
         }
     }
 
+    /// The next message, waiting for one until `deadline`: `Ok(None)` once it passed with none;
+    /// fails once the mailbox is empty and every sender gone.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<Option<T>, RecvError> {
+        let mut state = self.shared.state.lock();
+        loop {
+            if let Some(message) = state.slot.take() {
+                drop(state);
+                self.shared.room.notify_one();
+                return Ok(Some(message));
+            }
+            if state.senders == 0 {
+                return Err(RecvError);
+            }
+            if self.shared.message.wait_until(&mut state, deadline).timed_out() && state.slot.is_none() {
+                return if state.senders == 0 { Err(RecvError) } else { Ok(None) };
+            }
+        }
+    }
+
     /// The message waiting, if any, without waiting.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         let mut state = self.shared.state.lock();
@@ -180,6 +200,26 @@ mod tests {
         assert_eq!(rx.recv(), Ok(7));
         assert_eq!(rx.recv(), Err(RecvError));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn recv_deadline_gives_a_message_sent_in_time_and_none_once_the_deadline_passed() {
+        let (tx, rx) = mailbox();
+        let start = Instant::now();
+        assert_eq!(rx.recv_deadline(start + Duration::from_millis(20)), Ok(None));
+        assert!(start.elapsed() >= Duration::from_millis(20), "it waited for the deadline");
+        let sender = tx.clone();
+        let t = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(20));
+            sender.try_send(9).unwrap();
+        });
+        // Generous: a shared CI machine may be slow to run the sender.
+        assert_eq!(rx.recv_deadline(Instant::now() + Duration::from_secs(30)), Ok(Some(9)));
+        t.join().unwrap();
+        tx.try_send(10).unwrap();
+        assert_eq!(rx.recv_deadline(start), Ok(Some(10)), "a message waiting goes first, deadline or not");
+        drop(tx);
+        assert_eq!(rx.recv_deadline(Instant::now() + Duration::from_secs(30)), Err(RecvError));
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //! ModelHandle --InstanceMsg::Execute--> instance (the direct lane: nothing queued, one free)
 //! ModelHandle runs a lone request on a free instance's backend itself (`lane::Claim`),
 //!   then --InstanceMsg::Pull / Exit--> instance when work waits or the instance must end
+//! ModelHandle / scheduler --InstanceMsg::Pull--> instance waiting for its batch to grow, when
+//!   the batch is ready or the model drains; ModelHandle --Pull--> the idle instance of a
+//!   one-instance model, to wait there for a request's company (`lane::waiter`)
 //! instance --InstanceIdle (and the requests to run again)--> scheduler (unless it freed
 //!   itself in the lane with no work waiting)
 //! instance --InstanceReady / InstanceExited--> supervisor
@@ -87,8 +90,9 @@ pub enum Next {
 /// The instance actor's mailbox.
 pub(crate) enum InstanceMsg {
     Execute(Vec<Pending>),
-    /// A lone request ran on its submitter's thread (`lane::Claim`) and work waits: take
-    /// the next batch from the batcher.
+    /// Take the next batch from the batcher: a lone request ran on the submitter's thread
+    /// (`lane::Claim`) and work waits, or the batch the instance waits for is ready
+    /// (`lane::waiter`).
     Pull,
     /// A lone request ran on its submitter's thread and the instance cannot go on (its
     /// backend panicked or failed its health check): end so.

@@ -198,6 +198,9 @@ impl<Q: Queue> Scheduler<Q> {
         // The receiver first: the queue's length is read under the lane's lock, as instances
         // pull under it.
         self.lane.turn().publish(self.queue.len(), 0);
+        // An instance that waits for its batch to grow hears if this turn's requests made it
+        // ready, or at once while the model drains (`lane::waiter`).
+        self.lane.nudge(self.draining);
         self.finish_drain_if_done(ctx);
     }
 

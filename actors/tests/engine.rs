@@ -449,6 +449,54 @@ async fn the_batcher_waits_its_delay_on_virtual_time_then_sends_one_batch() {
 }
 
 #[actix_rt::test]
+async fn an_instance_waits_for_its_batch_itself_and_the_request_that_completes_it_wakes_it() {
+    // Real time, a delay of 60 s and batches of 4 preferred: the instance that finishes with two
+    // requests queued waits for the batch to grow (not free, the scheduler not told), and the
+    // fourth request wakes it long before the delay ends.
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy {
+        preferred_batch_sizes: vec![4],
+        max_queue_delay: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let model = ModelHandle::load(
+        &engine.handle(),
+        policy(1, Some(dynamic)),
+        factory(Duration::from_millis(100), seen.clone()),
+    )
+    .await
+    .unwrap();
+    // Once answered, the instance is up where submitters see it (a request that came before
+    // the scheduler heard it was up would go through the scheduler).
+    assert_eq!(values(&model.infer(request([9.0, 0.0])).await.unwrap()), vec![10.0, 1.0]);
+    let started = std::time::Instant::now();
+    let mut answers = Vec::new();
+    let mut submit = |i: usize| {
+        let (reply, rx) = Reply::once();
+        model.submit(request([i as f32, 0.0]), reply).unwrap();
+        answers.push(rx);
+    };
+    // The first runs alone on the idle model; two queue behind it.
+    for i in 0..3 {
+        submit(i);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*seen.lock().unwrap(), vec![1, 1], "the two queued wait for company");
+    for i in 3..5 {
+        submit(i);
+    }
+    for (i, rx) in answers.into_iter().enumerate() {
+        assert_eq!(values(&rx.await.unwrap().unwrap()), vec![i as f32 + 1.0, 1.0]);
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![1, 1, 4]);
+    assert!(started.elapsed() < Duration::from_secs(30), "woken by the fourth request, not by the delay");
+    let s = model.figures.scheduler();
+    assert_eq!((s.batches, s.pulled, s.lane_queued), (3, 1, 4), "{s:?}");
+    model.unload().await;
+}
+
+#[actix_rt::test]
 async fn unload_lets_queued_requests_finish() {
     let engine = Engine::new();
     let model = one_instance(&engine, Duration::from_millis(10), Default::default()).await;

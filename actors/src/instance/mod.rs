@@ -26,7 +26,7 @@ use crate::batch::merge_inputs;
 use crate::error::{Error, Result};
 use crate::exit::InstanceExit;
 use crate::figures::ModelFigures;
-use crate::lane::{Finish, Lane, Pulled};
+use crate::lane::{self, Finish, Lane};
 use crate::mailbox::{mailbox, Receiver, Sender};
 use crate::policy::ModelPolicy;
 use crate::protocol::{InstanceExited, InstanceIdle, InstanceMsg, InstanceReady, Pending};
@@ -142,15 +142,36 @@ fn run(env: &Arc<InstanceActor>) -> InstanceExit {
 
 /// The instance's loop: runs what its mailbox brings until it is told to stop or must end.
 fn serve(env: &InstanceActor, core: &InstanceCore, rx: &Receiver<InstanceMsg>) -> InstanceExit {
-    while let Ok(msg) = rx.recv() {
+    // Set while the instance waits out the batcher's delay for its next batch (`lane::waiter`):
+    // until then only a `Pull` (the batch is ready) or a `Shutdown` comes.
+    let mut waits: Option<Instant> = None;
+    loop {
+        let received = match waits.take() {
+            None => rx.recv().map(Some),
+            Some(at) => rx.recv_deadline(at),
+        };
+        let msg = match received {
+            Ok(Some(msg)) => msg,
+            // The delay ran out: the batch is the instance's to take, unless a submitter or the
+            // scheduler took the wait meanwhile, whose `Pull` is on its way.
+            Ok(None) if env.lane.stop_waiting(env.spec.index) => InstanceMsg::Pull,
+            Ok(None) => continue,
+            // The scheduler dropped the mailbox: the model is gone.
+            Err(_) => return InstanceExit::Stopped,
+        };
         let batch = match msg {
             InstanceMsg::Shutdown => return InstanceExit::Stopped,
             // A lone request ran on its submitter's thread and could not go on.
             InstanceMsg::Exit(exit) => return exit,
-            // A lone request ran on its submitter's thread, and work waits.
+            // A lone request ran on its submitter's thread and work waits, or the batch the
+            // instance waited for is ready.
             InstanceMsg::Pull => match pull_next(env) {
-                Some(batch) => batch,
-                None => continue,
+                Pulled::Batch(batch) => batch,
+                Pulled::Free => continue,
+                Pulled::Wait(at) => {
+                    waits = env.lane.timed_wait(env.spec.index, at);
+                    continue;
+                }
             },
             InstanceMsg::Execute(batch) => batch,
         };
@@ -162,15 +183,26 @@ fn serve(env: &InstanceActor, core: &InstanceCore, rx: &Receiver<InstanceMsg>) -
             match core.step(backend.as_mut(), batch) {
                 Step::Free => break,
                 Step::Pull => match pull_next(env) {
-                    Some(next) => batch = next,
-                    None => break,
+                    Pulled::Batch(next) => batch = next,
+                    Pulled::Free => break,
+                    Pulled::Wait(at) => {
+                        waits = env.lane.timed_wait(env.spec.index, at);
+                        break;
+                    }
                 },
                 Step::Exit(exit) => return exit,
             }
         }
     }
-    // The scheduler dropped the mailbox: the model is gone.
-    InstanceExit::Stopped
+}
+
+/// What an instance that asked the batcher for its next batch does (`pull_next`).
+enum Pulled {
+    Batch(Vec<Pending>),
+    /// Free (the scheduler told where it must hear).
+    Free,
+    /// Waits until then for the batch to grow, unless woken first (`lane::waiter`).
+    Wait(Instant),
 }
 
 /// How a batch left the instance (`execute`'s answer when the backend did not panic).
@@ -507,9 +539,8 @@ fn free(env: &InstanceActor, rescheduled: Vec<Pending>, took: Duration) -> bool 
     false
 }
 
-/// Takes the instance's next batch from the batcher, as the scheduler would hand it; `None`:
-/// the instance is free (the scheduler told where it must hear).
-fn pull_next(env: &InstanceActor) -> Option<Vec<Pending>> {
+/// Takes the instance's next batch from the batcher, as the scheduler would hand it.
+fn pull_next(env: &InstanceActor) -> Pulled {
     let (index, generation) = (env.spec.index, env.generation);
     let (pulled, expired) = env.lane.pull(index, generation);
     for p in expired {
@@ -517,18 +548,22 @@ fn pull_next(env: &InstanceActor) -> Option<Vec<Pending>> {
     }
     let (rescheduled, release) = (Vec::new(), false);
     match pulled {
-        Pulled::Batch(batch) => {
+        lane::Pulled::Batch(batch) => {
             let items: usize = batch.iter().map(|p| p.batch_size).sum();
-            let now = Instant::now();
+            // On the model's clock, as the scheduler measures the batches it hands out.
+            let now = env.lane.now();
             let waited = batch.iter().map(|p| now.saturating_duration_since(p.enqueued)).max();
             env.figures.scheduler.pulled(items, waited, index);
-            return Some(batch);
+            return Pulled::Batch(batch);
         }
-        Pulled::Free { tell: false } => {}
-        Pulled::Free { tell: true } => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release }),
-        Pulled::NotMine => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release: true }),
+        lane::Pulled::Wait(at) => return Pulled::Wait(at),
+        lane::Pulled::Free { tell: false } => {}
+        lane::Pulled::Free { tell: true } => {
+            env.idle.do_send(InstanceIdle { index, generation, rescheduled, release });
+        }
+        lane::Pulled::NotMine => env.idle.do_send(InstanceIdle { index, generation, rescheduled, release: true }),
     }
-    None
+    Pulled::Free
 }
 
 /// Counts as a success, with the compute times the backend reported, a request it answered, or

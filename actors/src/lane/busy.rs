@@ -12,8 +12,9 @@
 //! that finds an instance free while others wait, and any request behind one still on its way
 //! to the scheduler (so requests keep their order of arrival). A batching delay needs no timer
 //! here: with every instance busy the scheduler arms none either (only a free instance waits
-//! for a batch to fill); the instance that finishes and finds the batch not ready frees itself
-//! and tells the scheduler, which times the delay from there. An instance is never left free
+//! for a batch to fill); the instance that finishes and finds the batch not ready waits for it
+//! on its own thread (`waiter`; the request that makes it ready wakes it), or, where it may not,
+//! frees itself and tells the scheduler, which times the delay from there. An instance is never left free
 //! with requests in the batcher unseen: it frees itself only under the lane's lock, after the
 //! batcher gave it nothing, and then tells the scheduler if requests wait; the lane queues only
 //! when no instance is free.
@@ -24,6 +25,7 @@
 
 use parking_lot::{Mutex, MutexGuard};
 
+use super::waiter::Waiter;
 use super::{Lane, Route, State};
 use crate::batcher::Batcher;
 use crate::policy::{ModelPolicy, QueuePolicy, SchedulerPolicy};
@@ -48,7 +50,18 @@ pub(super) fn unaided(policy: &ModelPolicy) -> bool {
 impl Lane {
     /// Queues `p` in the batcher behind the busy instances (the caller checked that none is
     /// free, nothing is on its way to the scheduler and some instance is live, under `s`).
-    pub(super) fn route_busy(&self, mut s: MutexGuard<'_, State>, p: Pending) -> Route {
+    pub(super) fn route_busy(&self, s: MutexGuard<'_, State>, p: Pending) -> Route {
+        self.queue_here(s, p, |lane, s, q| lane.take_ready_waiter(s, q))
+    }
+
+    /// Queues `p` in the batcher under the lane's lock `s`, then wakes the instance `wake`
+    /// names (given the lane's state and the batcher with `p` in it), if any.
+    pub(super) fn queue_here(
+        &self,
+        mut s: MutexGuard<'_, State>,
+        p: Pending,
+        wake: impl FnOnce(&Lane, &mut State, &Batcher) -> Option<Waiter>,
+    ) -> Route {
         let batcher: &Mutex<Batcher> = self.batcher.as_ref().expect("a lane that queues has a batcher");
         let mut q = batcher.lock();
         if let Err(refused) = Queue::push(&mut *q, p) {
@@ -56,6 +69,7 @@ impl Lane {
         }
         s.queued = q.len();
         self.figures.scheduler.lane_queued(s.queued);
+        let wake = wake(self, &mut s, &q);
         // No turn of the scheduler due: ask for one, for its timer to bring the cancel sweep
         // round while requests wait; counted as due until it comes (`Turn::arm`).
         let poke = s.armed.is_none();
@@ -66,12 +80,15 @@ impl Lane {
         if poke {
             self.poke();
         }
+        if let Some(waiter) = wake {
+            waiter.wake();
+        }
         Route::Queued
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::lane) mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -85,18 +102,18 @@ mod tests {
     use crate::request::{InferRequest, Reply};
 
     /// The lane's test model, without batching: each request is a batch of its own.
-    fn policy(scheduler: SchedulerPolicy, instances: usize) -> ModelPolicy {
+    pub(in crate::lane) fn policy(scheduler: SchedulerPolicy, instances: usize) -> ModelPolicy {
         ModelPolicy { max_batch_size: 0, ..crate::lane::tests::policy(scheduler, instances) }
     }
 
-    fn dynamic(f: impl FnOnce(&mut DynamicBatchPolicy)) -> SchedulerPolicy {
+    pub(in crate::lane) fn dynamic(f: impl FnOnce(&mut DynamicBatchPolicy)) -> SchedulerPolicy {
         let mut d = DynamicBatchPolicy::default();
         f(&mut d);
         SchedulerPolicy::Dynamic(d)
     }
 
     /// Request `id`.
-    fn pending(id: &str) -> Pending {
+    pub(in crate::lane) fn pending(id: &str) -> Pending {
         let (reply, rx) = Reply::once();
         std::mem::forget(rx);
         let mut request = InferRequest::new("m", vec![]);
@@ -132,7 +149,7 @@ mod tests {
         Setup { lane, figures, _inboxes: inboxes }
     }
 
-    fn ids(batch: &[Pending]) -> Vec<String> {
+    pub(in crate::lane) fn ids(batch: &[Pending]) -> Vec<String> {
         batch.iter().map(|p| p.request.id.clone()).collect()
     }
 
@@ -221,12 +238,12 @@ mod tests {
         for id in ["a", "b"] {
             assert!(matches!(lane.route(pending(id), false), Route::Queued));
         }
-        // Two queued: the batch may grow, so the instance that finishes is free and the
-        // scheduler must hear it (it times the delay).
+        // Two queued: the batch may grow, so the instance that finishes waits for it on its own
+        // thread (`waiter`), not free, and the scheduler hears nothing.
         assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull);
-        assert!(matches!(lane.pull(0, 1).0, Pulled::Free { tell: true }));
-        // An instance is free now: the next request goes to the scheduler, whose batcher waits.
-        assert!(matches!(lane.route(pending("c"), false), Route::Scheduler(_)));
+        assert!(matches!(lane.pull(0, 1).0, Pulled::Wait(_)));
+        // No instance is free: the next request is queued behind the waiting one.
+        assert!(matches!(lane.route(pending("c"), false), Route::Queued));
     }
 
     #[test]

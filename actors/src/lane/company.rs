@@ -66,6 +66,7 @@ mod tests {
     use crate::lane::{Finish, Lane, Pulled, Route};
     use crate::mailbox::mailbox;
     use crate::policy::{DynamicBatchPolicy, SchedulerPolicy};
+    use crate::protocol::InstanceMsg;
 
     #[test]
     fn company_lasts_the_window_and_counts_only_where_executions_outlast_the_delay() {
@@ -109,16 +110,28 @@ mod tests {
         joining.enqueued = clock.now();
         assert!(matches!(lane.route(joining, false), Route::Queued));
         assert_eq!(lane.finish(0, 1, took).0, Finish::Pull);
-        // Pulled with its delay still running, it waits for company though nothing executes.
-        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: true }, _)));
+        // Pulled with its delay still running, it waits for company though nothing executes
+        // (on its own thread: `waiter`).
+        assert!(matches!(lane.pull(0, 1), (Pulled::Wait(_), _)));
         assert!(!lane.turn().lone_goes(clock.now()));
         drop(batcher.lock().drain_all());
         lane.turn().publish(0, 0);
-        // The next request to find the model idle goes to the scheduler's batcher, not straight
-        // to the instance, for as long as the window lasts.
+        // Its wait ends with nothing left to take: free.
+        assert!(lane.stop_waiting(0));
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: false }, _)));
+        // The next request to find the model idle goes to the batcher, not straight to the
+        // instance, for as long as the window lasts: the instance is told to pull, and waits for
+        // company (`waiter`).
         clock.advance(COMPANY_WINDOW - Duration::from_micros(1));
-        assert!(matches!(lane.route(pending(), false), Route::Scheduler(_)));
-        lane.unsent();
+        let mut alone = pending();
+        alone.enqueued = clock.now();
+        assert!(matches!(lane.route(alone, false), Route::Queued));
+        assert!(matches!(rx.try_recv(), Ok(InstanceMsg::Pull)));
+        assert!(matches!(lane.pull(0, 1), (Pulled::Wait(_), _)));
+        assert!(lane.stop_waiting(0));
+        drop(batcher.lock().drain_all());
+        lane.turn().publish(0, 0);
+        assert!(matches!(lane.pull(0, 1), (Pulled::Free { tell: false }, _)));
         clock.advance(Duration::from_micros(1));
         assert!(lane.turn().lone_goes(clock.now()));
         assert_eq!(direct(lane.route(pending(), false)), Some(0));

@@ -18,8 +18,9 @@
 //! An instance that finishes while requests wait takes its next batch itself (`pull`), once
 //! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
 //! scheduler would, instead of telling the scheduler and waiting for its hand-off (two thread
-//! wake-ups per batch). When the batcher says wait (its delay runs) or has nothing, the instance
-//! is free and tells the scheduler, which keeps the timers.
+//! wake-ups per batch). When the batcher says wait (its delay runs), the instance waits for the
+//! batch on its own thread where it can (`waiter`); else, or when the batcher has nothing, it is
+//! free and tells the scheduler if work waits there, and the scheduler keeps the timers.
 //!
 //! A request that finds every instance busy waits in that batcher too, put there by its
 //! submitting thread (`busy`), when nothing in the batcher needs the scheduler's timers (a
@@ -35,6 +36,7 @@ mod busy;
 mod company;
 mod sequence;
 mod turn;
+mod waiter;
 
 use std::sync::mpsc::TrySendError;
 use std::sync::{Arc, OnceLock};
@@ -100,6 +102,8 @@ struct State {
     /// Whether the model's load is concurrent, for a lone request on an idle model to wait for
     /// the batcher's delay (`company`).
     company: Company,
+    /// The instance that waits out the batcher's delay on its own thread (`waiter`), not free.
+    waiter: Option<usize>,
 }
 
 impl State {
@@ -131,6 +135,9 @@ pub(crate) enum Pulled {
     /// Free in the lane; `tell`: the scheduler must hear (work waits for a delay or is on its
     /// way, or the model drains).
     Free { tell: bool },
+    /// Not free: the batch may still grow, and the instance waits for it until this instant on
+    /// its own thread, unless a submitter whose request made it ready wakes it first (`waiter`).
+    Wait(Instant),
     /// Not the lane's (a stale generation): the scheduler hears as before.
     NotMine,
 }
@@ -210,6 +217,7 @@ impl Lane {
                 open: true,
                 armed: None,
                 company: Company::new(max_delay),
+                waiter: None,
             }),
         }
     }
@@ -244,6 +252,9 @@ impl Lane {
                     return self.route_busy(s, p);
                 }
                 if !s.open || s.backlog() || (self.delays && (!all_free || company)) {
+                    if company && all_free && self.waits_here(&s) {
+                        return self.wait_here(s, p);
+                    }
                     s.in_flight += 1;
                     return Route::Scheduler(p);
                 }
@@ -320,6 +331,9 @@ impl Lane {
         if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
             return (Pulled::NotMine, Vec::new());
         }
+        if s.waiter == Some(index) {
+            s.waiter = None;
+        }
         let mut expired = Vec::new();
         if let (true, true, Some(batcher)) = (s.open, s.backlog(), &self.batcher) {
             let now = self.clock.now();
@@ -331,8 +345,13 @@ impl Lane {
             let next = q.next(now, idle);
             s.queued = q.len();
             self.figures.scheduler.queued(s.queued);
-            if let Next::Batch(batch) = next {
-                return (Pulled::Batch(batch), expired);
+            match next {
+                Next::Batch(batch) => return (Pulled::Batch(batch), expired),
+                Next::WaitUntil(at) if self.may_wait(&s) => {
+                    s.waiter = Some(index);
+                    return (Pulled::Wait(at), expired);
+                }
+                Next::WaitUntil(_) | Next::Empty => {}
             }
         }
         if !s.free.contains(&index) {
@@ -340,6 +359,11 @@ impl Lane {
         }
         let tell = s.backlog() || !s.open;
         (Pulled::Free { tell }, expired)
+    }
+
+    /// The model's time (its scheduler's clock).
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// Whether requests wait for an instance: queued in the scheduler or on their way to it.

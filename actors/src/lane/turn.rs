@@ -53,6 +53,9 @@ impl Turn<'_> {
     ) {
         self.s.slots[index] = Some((generation, mailbox));
         self.s.inline[index] = inline;
+        if self.s.waiter == Some(index) {
+            self.s.waiter = None;
+        }
         if !self.s.free.contains(&index) {
             self.s.free.push(index);
         }
@@ -63,6 +66,9 @@ impl Turn<'_> {
         self.s.slots[index] = None;
         self.s.inline[index] = None;
         self.s.free.retain(|&i| i != index);
+        if self.s.waiter == Some(index) {
+            self.s.waiter = None;
+        }
     }
 
     /// What the scheduler holds after its turn (read under this lock: an instance pulls under
@@ -85,6 +91,7 @@ impl Turn<'_> {
     /// Forgets every mailbox (the scheduler stops): the instances end once theirs are gone.
     pub fn clear(&mut self) {
         self.s.free.clear();
+        self.s.waiter = None;
         for slot in &mut self.s.slots {
             *slot = None;
         }
