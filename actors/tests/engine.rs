@@ -497,6 +497,42 @@ async fn an_instance_waits_for_its_batch_itself_and_the_request_that_completes_i
 }
 
 #[actix_rt::test]
+async fn unloading_while_an_instance_waits_for_its_batch_still_answers_the_batch() {
+    // The instance that finishes with two requests queued waits for the batch to grow; the
+    // model's drain hands the wait to the scheduler (as when the scheduler kept every delay),
+    // and the two still run, as one batch once the delay is over, before the model is gone.
+    let engine = Engine::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let dynamic = DynamicBatchPolicy {
+        preferred_batch_sizes: vec![4],
+        max_queue_delay: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let model = ModelHandle::load(
+        &engine.handle(),
+        policy(1, Some(dynamic)),
+        factory(Duration::from_millis(100), seen.clone()),
+    )
+    .await
+    .unwrap();
+    model.infer(request([0.0, 0.0])).await.unwrap();
+    let mut answers = Vec::new();
+    for i in 0..3 {
+        let (reply, rx) = Reply::once();
+        model.submit(request([i as f32, 0.0]), reply).unwrap();
+        answers.push(rx);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(*seen.lock().unwrap(), vec![1, 1], "two wait for company");
+    model.unload().await;
+    for (i, rx) in answers.into_iter().enumerate() {
+        assert_eq!(values(&rx.await.unwrap().unwrap()), vec![i as f32 + 1.0, 1.0]);
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![1, 1, 2]);
+    assert!(model.infer(request([0.0, 0.0])).await.is_err(), "an unloaded model takes no requests");
+}
+
+#[actix_rt::test]
 async fn unload_lets_queued_requests_finish() {
     let engine = Engine::new();
     let model = one_instance(&engine, Duration::from_millis(10), Default::default()).await;
