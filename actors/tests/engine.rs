@@ -448,18 +448,12 @@ async fn the_batcher_waits_its_delay_on_virtual_time_then_sends_one_batch() {
     model.unload().await;
 }
 
-#[actix_rt::test]
-async fn an_instance_waits_for_its_batch_itself_and_the_request_that_completes_it_wakes_it() {
-    // Real time, a delay of 60 s and batches of 4 preferred: the instance that finishes with two
-    // requests queued waits for the batch to grow (not free, the scheduler not told), and the
-    // fourth request wakes it long before the delay ends.
-    let engine = Engine::new();
+/// The add-one model with one instance, batches of 4 preferred, the given delay and 100 ms per
+/// batch, once it answered a first request (then its instance is up where submitters see it: a
+/// request that came before the scheduler heard it was up would go through the scheduler).
+async fn batching_by_four(engine: &Engine, delay: Duration) -> (ModelHandle, Arc<Mutex<Vec<usize>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let dynamic = DynamicBatchPolicy {
-        preferred_batch_sizes: vec![4],
-        max_queue_delay: Duration::from_secs(60),
-        ..Default::default()
-    };
+    let dynamic = DynamicBatchPolicy { preferred_batch_sizes: vec![4], max_queue_delay: delay, ..Default::default() };
     let model = ModelHandle::load(
         &engine.handle(),
         policy(1, Some(dynamic)),
@@ -467,9 +461,17 @@ async fn an_instance_waits_for_its_batch_itself_and_the_request_that_completes_i
     )
     .await
     .unwrap();
-    // Once answered, the instance is up where submitters see it (a request that came before
-    // the scheduler heard it was up would go through the scheduler).
     assert_eq!(values(&model.infer(request([9.0, 0.0])).await.unwrap()), vec![10.0, 1.0]);
+    (model, seen)
+}
+
+#[actix_rt::test]
+async fn an_instance_waits_for_its_batch_itself_and_the_request_that_completes_it_wakes_it() {
+    // Real time, a delay of 60 s and batches of 4 preferred: the instance that finishes with two
+    // requests queued waits for the batch to grow (not free, the scheduler not told), and the
+    // fourth request wakes it long before the delay ends.
+    let engine = Engine::new();
+    let (model, seen) = batching_by_four(&engine, Duration::from_secs(60)).await;
     let started = std::time::Instant::now();
     let mut answers = Vec::new();
     let mut submit = |i: usize| {
@@ -502,20 +504,7 @@ async fn unloading_while_an_instance_waits_for_its_batch_still_answers_the_batch
     // model's drain hands the wait to the scheduler (as when the scheduler kept every delay),
     // and the two still run, as one batch once the delay is over, before the model is gone.
     let engine = Engine::new();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let dynamic = DynamicBatchPolicy {
-        preferred_batch_sizes: vec![4],
-        max_queue_delay: Duration::from_millis(500),
-        ..Default::default()
-    };
-    let model = ModelHandle::load(
-        &engine.handle(),
-        policy(1, Some(dynamic)),
-        factory(Duration::from_millis(100), seen.clone()),
-    )
-    .await
-    .unwrap();
-    model.infer(request([0.0, 0.0])).await.unwrap();
+    let (model, seen) = batching_by_four(&engine, Duration::from_millis(500)).await;
     let mut answers = Vec::new();
     for i in 0..3 {
         let (reply, rx) = Reply::once();
