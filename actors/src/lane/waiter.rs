@@ -15,8 +15,8 @@
 //! A model's only instance, idle, waits the same way for a request that must wait for company
 //! (the load is concurrent, `company`): the request's submitter queues it in the batcher, takes
 //! the instance off the free list and tells it to pull, and the instance finds the batch not
-//! ready and waits for it (two wake-ups of its thread, where the scheduler's way took four of
-//! three threads).
+//! ready and waits for it (two wake-ups of its thread, where the scheduler's way woke three
+//! threads four times).
 //!
 //! Only where a request may wait behind busy instances without the scheduler (`busy::unaided`:
 //! no queue timeouts, one priority level), while the model is open, when no other instance is
@@ -39,6 +39,16 @@ impl Waiter {
     pub fn wake(self) {
         // Full: a `Shutdown` is there (its model stops) and it ends anyway; disconnected: it ended.
         let _ = self.0.try_send(InstanceMsg::Pull);
+    }
+}
+
+impl State {
+    /// Takes the wait off the lane if instance `index` (any, with `None`) waits: the caller owes
+    /// it the `Pull` of the `Waiter` it gets.
+    fn take_waiter(&mut self, index: Option<usize>) -> Option<Waiter> {
+        let w = self.waiter.filter(|&w| index.is_none_or(|i| i == w))?;
+        self.waiter = None;
+        self.slots[w].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
     }
 }
 
@@ -66,12 +76,10 @@ impl Lane {
 
     /// The waiting instance, taken off the lane, if the batch it waits for would go now.
     pub(super) fn take_ready_waiter(&self, s: &mut State, q: &Batcher) -> Option<Waiter> {
-        let index = s.waiter?;
-        if !q.ready(self.clock.now()) {
+        if s.waiter.is_none() || !q.ready(self.clock.now()) {
             return None;
         }
-        s.waiter = None;
-        s.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
+        s.take_waiter(None)
     }
 
     /// Instance `index` waited until its deadline without a word: true when the wait was still
@@ -102,15 +110,7 @@ impl Lane {
 
     /// Wakes instance `index` if it still waits (its deadline came on a virtual clock).
     fn wake_if_waiting(&self, index: usize) {
-        let mut s = self.state.lock();
-        let waiter = match s.waiter {
-            Some(w) if w == index => {
-                s.waiter = None;
-                s.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
-            }
-            _ => None,
-        };
-        drop(s);
+        let waiter = self.state.lock().take_waiter(Some(index));
         if let Some(w) = waiter {
             w.wake();
         }
@@ -122,10 +122,11 @@ impl Lane {
     pub fn nudge(&self, always: bool) {
         let Some(batcher) = &self.batcher else { return };
         let mut s = self.state.lock();
-        let Some(index) = s.waiter else { return };
+        if s.waiter.is_none() {
+            return;
+        }
         let waiter = if always {
-            s.waiter = None;
-            s.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
+            s.take_waiter(None)
         } else {
             let q = batcher.lock();
             self.take_ready_waiter(&mut s, &q)
