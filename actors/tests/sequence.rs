@@ -276,6 +276,64 @@ async fn oldest_batches_several_sequences_into_one_execution() {
     );
 }
 
+/// `oldest`, batches of 4 preferred, the given delay.
+fn oldest_by_four(delay: Duration) -> ModelPolicy {
+    let strategy = SequenceStrategy::Oldest {
+        max_candidate_sequences: 64,
+        preferred_batch_sizes: vec![4],
+        max_queue_delay: delay,
+    };
+    policy(1, 8, strategy, Duration::from_secs(5))
+}
+
+/// Sends the STARTs of sequences `ids` (each with its ID times 10) 20 ms apart.
+async fn starts(
+    model: &Arc<ModelHandle>,
+    ids: std::ops::RangeInclusive<u64>,
+) -> Vec<tokio::task::JoinHandle<Result<i32>>> {
+    let mut tasks = Vec::new();
+    for id in ids {
+        let m = model.clone();
+        tasks.push(tokio::spawn(async move { send(&m, id, 10 * id as i32, true, false).await }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tasks
+}
+
+#[actix_rt::test]
+async fn with_oldest_the_instance_waits_out_the_delay_itself_and_the_request_that_fills_the_batch_wakes_it() {
+    // Real time, a delay of 60 s: the first request finds the model's one instance idle, which
+    // waits for the batch on its own thread (the actor's timer not used); the fourth sequence's
+    // request makes the preferred size and wakes it long before the delay ends.
+    let (model, _) = load(oldest_by_four(Duration::from_secs(60))).await;
+    let model = Arc::new(model);
+    let started = std::time::Instant::now();
+    let mut tasks = starts(&model, 1..=3).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(tasks.iter().all(|t| !t.is_finished()), "three of four wait for the batch");
+    tasks.extend(starts(&model, 4..=4).await);
+    for (k, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().unwrap(), 10 * (k as i32 + 1));
+    }
+    assert!(started.elapsed() < Duration::from_secs(30), "woken by the fourth request, not by the delay");
+    let s = model.figures.scheduler();
+    assert_eq!((s.batches, s.pulled, s.direct), (1, 1, 0), "the instance took the batch itself: {s:?}");
+    model.unload().await;
+}
+
+#[actix_rt::test]
+async fn unloading_while_the_instance_waits_out_the_oldest_delay_still_answers_the_batch() {
+    let (model, _) = load(oldest_by_four(Duration::from_millis(500))).await;
+    let model = Arc::new(model);
+    let tasks = starts(&model, 1..=2).await;
+    assert!(tasks.iter().all(|t| !t.is_finished()), "two of four wait for the batch");
+    model.unload().await;
+    for (k, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().unwrap(), 10 * (k as i32 + 1), "answered before the model went");
+    }
+    assert_eq!(model.stats.snapshot().execution_count, 1, "as one batch, once the delay was over");
+}
+
 #[actix_rt::test]
 async fn a_panicking_instance_loses_no_conversation() {
     let clock = ManualClock::new();

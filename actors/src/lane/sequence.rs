@@ -8,9 +8,10 @@
 //! The sequence batcher keeps every rule it had: a sequence's requests run one at a time and in
 //! their order of arrival (pushes are serialised by its lock, and a request never overtakes one
 //! on its way to the actor), slots, backlog, control inputs and implicit state are its own. The
-//! actor keeps the timers: whatever waits on a deadline (the `oldest` strategy's delay, a
-//! request held for its START) it is asked to time (`Pump`) unless its timer already comes
-//! round by then, and it still takes every request while the model drains.
+//! actor keeps the timers: whatever waits on a deadline (a request held for its START; the
+//! `oldest` strategy's delay where no instance waits it out on its own thread, `waiter`) it is
+//! asked to time (`Pump`) unless its timer already comes round by then, and it still takes
+//! every request while the model drains.
 
 use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
@@ -52,11 +53,21 @@ impl Lane {
         }
         let Some((index, batch)) = found else {
             // Queued behind a running request, for a slot, or for a batching delay: a busy
-            // instance takes it when it finishes; a delay or a START's grace needs the timer.
+            // instance takes it when it finishes; an instance waiting out the delay is woken
+            // if this request made its batch ready (`waiter`); the model's one instance, idle,
+            // waits out the delay itself; else a delay or a START's grace needs the timer.
+            let mut wake = self.take_ready_sequence_waiter(&mut s, &q);
+            if wake.is_none() && wait.is_some() {
+                wake = self.wait_here_sequence(&mut s);
+            }
+            let wait = wait.filter(|_| wake.is_none());
             let poke = needs_turn(&s, wait.into_iter().chain(q.next_deadline()));
             drop((q, s));
             if poke {
                 self.poke();
+            }
+            if let Some(w) = wake {
+                w.wake();
             }
             return Route::Queued;
         };
@@ -137,9 +148,18 @@ impl Lane {
         if !matches!(&s.slots[index], Some((g, _)) if *g == generation) {
             return Pulled::NotMine;
         }
+        if s.waiter == Some(index) {
+            s.waiter = None;
+        }
         let mut q = sequence.lock();
         let wait = match s.open.then(|| q.next(index, self.clock.now())) {
             Some(Next::Batch(batch)) => return Pulled::Batch(batch),
+            // The `oldest` strategy's delay holds the batch: the instance waits for it itself
+            // where it may (`waiter`), else it is free and the scheduler times the delay.
+            Some(Next::WaitUntil(at)) if self.may_wait(&s) => {
+                s.waiter = Some(index);
+                return Pulled::Wait(at);
+            }
             Some(Next::WaitUntil(at)) => Some(at),
             Some(Next::Empty) | None => None,
         };
@@ -302,6 +322,49 @@ mod tests {
         let Next::Batch(b) = batcher.lock().next(0, Instant::now()) else { panic!("ready again") };
         assert_eq!(inputs(&b), [1]);
         drop(rx);
+    }
+
+    fn pulls(rx: &Receiver<InstanceMsg>) -> bool {
+        matches!(rx.try_recv(), Ok(InstanceMsg::Pull))
+    }
+
+    #[test]
+    fn with_oldest_the_idle_instance_waits_out_the_delay_itself_and_the_batch_that_fills_wakes_it() {
+        // One instance, 4 preferred, a delay of 60 s (`oldest_policies`).
+        let (lane, _, rx) = lane(&crate::sequence::tests::oldest_policies().0);
+        assert!(matches!(lane.route(request(1, 1, true), false), Route::Queued));
+        assert!(pulls(&rx), "the idle instance is told to pull, not the actor to time the delay");
+        assert!(lane.turn().free().is_empty(), "taken off the free list");
+        let Pulled::Wait(at) = lane.pull(0, 1).0 else { panic!("the batch may still grow: it waits") };
+        assert!(at > Instant::now() + Duration::from_secs(50), "until the head's delay ran out");
+        for id in 2..=3 {
+            assert!(matches!(lane.route(request(id, id as i32, true), false), Route::Queued));
+            assert!(!pulls(&rx), "{id} of 4: not ready yet");
+        }
+        assert!(matches!(lane.route(request(4, 4, true), false), Route::Queued));
+        assert!(pulls(&rx), "four, the preferred size: woken");
+        assert!(!lane.stop_waiting(0), "the wait was taken with the `Pull`");
+        let Pulled::Batch(b) = lane.pull(0, 1).0 else { panic!("the batch is ready") };
+        assert_eq!(inputs(&b), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn with_oldest_an_instance_that_finishes_with_too_few_ready_waits_and_a_drain_wakes_it() {
+        let (lane, _, rx) = lane(&crate::sequence::tests::oldest_policies().0);
+        lane.turn().take(0);
+        for id in 1..=2 {
+            assert!(matches!(lane.route(request(id, id as i32, true), false), Route::Queued));
+        }
+        assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Pull, "two ready behind the busy instance");
+        assert!(matches!(lane.pull(0, 1).0, Pulled::Wait(_)), "two of four: it waits for the batch");
+        assert!(!pulls(&rx));
+        lane.nudge(false);
+        assert!(!pulls(&rx), "the actor's turn finds the batch not ready");
+        lane.turn().close();
+        lane.nudge(true);
+        assert!(pulls(&rx), "the model drains: woken at once");
+        assert!(matches!(lane.pull(0, 1).0, Pulled::Free { .. }), "the actor drains what waits");
+        assert!(lane.turn().all_free());
     }
 
     #[test]

@@ -18,9 +18,17 @@
 //! ready and waits for it (two wake-ups of its thread, where the scheduler's way woke three
 //! threads four times).
 //!
+//! A sequence model's instance waits the same way for the `oldest` strategy's delay: when the
+//! batch it would pull is held by the delay, and, for the model's one instance, idle, when a
+//! request arrives whose batch the delay holds (`wait_here_sequence`). The request that makes the
+//! batch ready (a preferred size, the largest batch) wakes it, as does the sequence actor's turn
+//! after requests it queued, or the drain. Where the actor timed the delay, a batch the delay held
+//! woke its thread twice and the timer thread once.
+//!
 //! Only where a request may wait behind busy instances without the scheduler (`busy::unaided`:
-//! no queue timeouts, one priority level), while the model is open, when no other instance is
-//! free (a free one takes the scheduler's path as before), and one instance at a time.
+//! no queue timeouts, one priority level; any sequence model the lane serves), while the model is
+//! open, when no other instance is free (a free one takes the scheduler's path as before), and
+//! one instance at a time.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,6 +39,7 @@ use super::{Lane, Route, State};
 use crate::batcher::Batcher;
 use crate::mailbox::Sender;
 use crate::protocol::{InstanceMsg, Pending};
+use crate::sequence::SequenceBatcher;
 
 /// The waiting instance's mailbox, the wait taken off the lane: it owes that instance a `Pull`.
 pub(crate) struct Waiter(Sender<InstanceMsg>);
@@ -55,7 +64,7 @@ impl State {
 impl Lane {
     /// Whether an instance whose next batch may still grow waits for it itself (the module's doc).
     pub(super) fn may_wait(&self, s: &State) -> bool {
-        self.queues && s.open && s.free.is_empty() && s.waiter.is_none()
+        (self.queues || self.sequence.is_some()) && s.open && s.free.is_empty() && s.waiter.is_none()
     }
 
     /// Whether a request that must wait for company (`company`), with every instance free and
@@ -80,6 +89,28 @@ impl Lane {
             return None;
         }
         s.take_waiter(None)
+    }
+
+    /// The same for a sequence model: the waiting instance, taken off the lane, if the batch
+    /// the sequence batcher would give it now is ready (the `oldest` strategy's delay).
+    pub(super) fn take_ready_sequence_waiter(&self, s: &mut State, q: &SequenceBatcher) -> Option<Waiter> {
+        let w = s.waiter?;
+        if !q.ready(w, self.clock.now()) {
+            return None;
+        }
+        s.take_waiter(Some(w))
+    }
+
+    /// A sequence model's one instance, idle, whose batch the `oldest` strategy's delay holds:
+    /// taken off the free list to wait for it on its own thread (it is told to pull, finds the
+    /// batch not ready and waits), instead of the scheduler timing the delay. The caller holds
+    /// `s` and owes the instance the `Pull` of the `Waiter` it gets.
+    pub(super) fn wait_here_sequence(&self, s: &mut State) -> Option<Waiter> {
+        if !(s.open && s.live() == 1 && s.free.len() == 1 && s.waiter.is_none()) {
+            return None;
+        }
+        let index = s.free.pop()?;
+        s.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
     }
 
     /// Instance `index` waited until its deadline without a word: true when the wait was still
@@ -120,16 +151,15 @@ impl Lane {
     /// (the turn may have queued the request that completed it), or at once with `always` (the
     /// model drains).
     pub fn nudge(&self, always: bool) {
-        let Some(batcher) = &self.batcher else { return };
         let mut s = self.state.lock();
         if s.waiter.is_none() {
             return;
         }
-        let waiter = if always {
-            s.take_waiter(None)
-        } else {
-            let q = batcher.lock();
-            self.take_ready_waiter(&mut s, &q)
+        let waiter = match (&self.batcher, &self.sequence) {
+            _ if always => s.take_waiter(None),
+            (Some(batcher), _) => self.take_ready_waiter(&mut s, &batcher.lock()),
+            (None, Some(sequence)) => self.take_ready_sequence_waiter(&mut s, &sequence.lock()),
+            (None, None) => None,
         };
         drop(s);
         if let Some(w) = waiter {

@@ -417,19 +417,36 @@ impl SequenceBatcher {
         self.ready.get(lane).is_some_and(|r| !r.is_empty())
     }
 
+    /// Whether `next` would give instance `instance` a batch now, without taking it: for a
+    /// submitter whose request may complete the batch an instance waits for (`lane::waiter`).
+    pub fn ready(&self, instance: usize, now: Instant) -> bool {
+        self.ready_for(instance) && self.held_until(instance, now).is_none()
+    }
+
+    /// Until when the `oldest` strategy's delay holds the batch instance `instance` would take
+    /// (fewer ready than the largest batch or a preferred size, and the delay not run out).
+    fn held_until(&self, instance: usize, now: Instant) -> Option<Instant> {
+        let SequenceStrategy::Oldest { preferred_batch_sizes, max_queue_delay, .. } = &self.policy.strategy else {
+            return None;
+        };
+        let lane = if self.direct() { instance } else { 0 };
+        let ready = self.ready.get(lane)?;
+        let (&(first, _), _) = ready.first_key_value()?;
+        let n = ready.len().min(self.max_batch);
+        let full = n >= self.max_batch || preferred_batch_sizes.contains(&n);
+        let deadline = first + *max_queue_delay;
+        (!full && !max_queue_delay.is_zero() && now < deadline).then_some(deadline)
+    }
+
     /// The next batch for the free instance `instance`.
     pub fn next(&mut self, instance: usize, now: Instant) -> Next {
-        let lane = if self.direct() { instance } else { 0 };
-        let Some(ready) = self.ready.get(lane) else { return Next::Empty };
-        let Some((&(first, _), _)) = ready.first_key_value() else { return Next::Empty };
-        if let SequenceStrategy::Oldest { preferred_batch_sizes, max_queue_delay, .. } = &self.policy.strategy {
-            let n = ready.len().min(self.max_batch);
-            let full = n >= self.max_batch || preferred_batch_sizes.contains(&n);
-            let deadline = first + *max_queue_delay;
-            if !full && !max_queue_delay.is_zero() && now < deadline {
-                return Next::WaitUntil(deadline);
-            }
+        if !self.ready_for(instance) {
+            return Next::Empty;
         }
+        if let Some(deadline) = self.held_until(instance, now) {
+            return Next::WaitUntil(deadline);
+        }
+        let lane = if self.direct() { instance } else { 0 };
         // Requests of one batch must merge: same inputs with the same shapes past the batch dim.
         let mut batch: Vec<Pending> = Vec::new();
         let mut passed_over = Vec::new();

@@ -131,3 +131,46 @@ fn the_cancel_sweep_finds_requests_queued_running_ready_and_backlogged() {
     assert_eq!((b.queued, b.sequences.len()), (0, 1));
     assert!(matches!(b.next(0, now), crate::protocol::Next::Empty));
 }
+
+/// An `oldest` model of one instance, batches of up to 8 with 4 preferred, a delay of 60 s.
+pub(crate) fn oldest_policies() -> (ModelPolicy, SequencePolicy) {
+    let (mut model, mut sequence) = policies();
+    sequence.strategy = SequenceStrategy::Oldest {
+        max_candidate_sequences: 64,
+        preferred_batch_sizes: vec![4],
+        max_queue_delay: Duration::from_secs(60),
+    };
+    model.max_batch_size = 8;
+    model.scheduler = SchedulerPolicy::Sequence(sequence.clone());
+    (model, sequence)
+}
+
+#[test]
+fn ready_says_whether_the_oldest_strategy_would_send_a_batch_now_and_takes_nothing() {
+    let (model, sequence) = oldest_policies();
+    let mut b = SequenceBatcher::new(&model, &sequence, Arc::new(ModelFigures::new(1)), Arc::new(SystemClock));
+    let now = std::time::Instant::now();
+    assert!(!b.ready(0, now), "nothing queued");
+    let mut clients = Vec::new();
+    for id in 1..=4 {
+        let (p, rx) = start(id);
+        b.push(p).unwrap();
+        clients.push(rx);
+        assert_eq!(b.ready(0, now), id == 4, "a preferred size of 4 goes at once; {id} waits");
+        if id < 4 {
+            assert!(matches!(b.next(0, now), crate::protocol::Next::WaitUntil(_)), "`next` agrees");
+        }
+    }
+    assert_eq!(b.queued, 4, "ready takes nothing");
+    assert!(matches!(b.next(0, now), crate::protocol::Next::Batch(batch) if batch.len() == 4));
+    let (p, _rx) = start(5);
+    b.push(p).unwrap();
+    assert!(!b.ready(0, now) && b.ready(0, now + Duration::from_secs(61)), "a lone request goes once its delay ran");
+
+    // `direct` has no delay: a sequence with a request ready goes at once.
+    let (model, sequence) = policies();
+    let mut b = SequenceBatcher::new(&model, &sequence, Arc::new(ModelFigures::new(1)), Arc::new(SystemClock));
+    let (p, _rx) = start(1);
+    b.push(p).unwrap();
+    assert!(b.ready(0, now));
+}
