@@ -13,7 +13,9 @@
 //! and the model's requests have not come in company lately (`company`; Triton's
 //! dynamic batcher makes even a lone client's request wait for its delay). Sequence models
 //! have a lane of their own (`sequence`): their requests go into the sequence batcher, shared under a lock,
-//! and to a free instance from there. Decoupled models keep the scheduler for every request.
+//! and to a free instance from there. A decoupled model takes the direct lane too (its batcher
+//! runs each request alone, with no delay); its sequences, and iterative ones, keep the scheduler
+//! for every request.
 //!
 //! An instance that finishes while requests wait takes its next batch itself (`pull`), once
 //! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
@@ -58,8 +60,7 @@ use crate::sequence::SequenceBatcher;
 
 /// One model version's free instances and what the scheduler holds.
 pub(crate) struct Lane {
-    /// Submitters may hand requests to free instances themselves (not for sequence or
-    /// decoupled models).
+    /// Submitters may hand requests to free instances themselves (not for sequence models).
     direct: bool,
     /// The batcher waits for a batch to fill (`max_queue_delay_microseconds` > 0) unless
     /// nothing runs: a request goes direct only when every instance is free.
@@ -191,12 +192,13 @@ impl Lane {
         clock: SharedClock,
         figures: Arc<ModelFigures>,
     ) -> Self {
+        // The batcher holds a decoupled model's requests for no delay: each runs alone (`Batcher::new`).
         let max_delay = match &policy.scheduler {
-            SchedulerPolicy::Dynamic(d) => d.max_queue_delay,
+            SchedulerPolicy::Dynamic(d) if !policy.decoupled => d.max_queue_delay,
             _ => Duration::ZERO,
         };
         let delays = !max_delay.is_zero();
-        let direct = policy.sequence().is_none() && !policy.decoupled;
+        let direct = policy.sequence().is_none();
         let takes_sequences = policy.sequence().is_some_and(|s| !s.iterative) && !policy.decoupled;
         let batcher = batcher.filter(|_| direct);
         Lane {

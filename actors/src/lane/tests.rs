@@ -147,7 +147,7 @@ fn with_a_batching_delay_a_request_goes_direct_only_while_nothing_runs() {
 }
 
 #[test]
-fn decoupled_models_and_sequence_models_without_a_shared_batcher_go_through_the_scheduler() {
+fn sequence_models_without_a_shared_batcher_go_through_the_scheduler() {
     let seq = SequencePolicy {
         strategy: SequenceStrategy::Direct,
         max_idle: Duration::from_secs(1),
@@ -161,10 +161,19 @@ fn decoupled_models_and_sequence_models_without_a_shared_batcher_go_through_the_
     let (lane, _inboxes) = lane(&policy(SchedulerPolicy::Sequence(seq), 1));
     assert_eq!(direct(lane.route(pending(), false)), None);
     assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Scheduler);
-    let mut decoupled = policy(SchedulerPolicy::Direct, 1);
+}
+
+#[test]
+fn a_decoupled_models_request_goes_straight_to_the_free_instance_with_no_batching_delay() {
+    // Its batcher runs each request alone, so a delay in its `dynamic_batching` holds nothing.
+    let mut decoupled = policy(
+        SchedulerPolicy::Dynamic(DynamicBatchPolicy { max_queue_delay: Duration::from_secs(60), ..Default::default() }),
+        1,
+    );
     decoupled.decoupled = true;
     let (lane, _inboxes) = self::lane(&decoupled);
-    assert_eq!(direct(lane.route(pending(), false)), None);
+    assert_eq!(direct(lane.route(pending(), false)), Some(0));
+    assert_eq!(lane.finish(0, 1, Duration::ZERO).0, Finish::Freed, "nothing waits: free without a word");
 }
 
 #[test]
