@@ -307,6 +307,12 @@ async fn with_oldest_the_instance_waits_out_the_delay_itself_and_the_request_tha
     // request makes the preferred size and wakes it long before the delay ends.
     let (model, _) = load(oldest_by_four(Duration::from_secs(60))).await;
     let model = Arc::new(model);
+    // A first batch (right after the load, its first request may reach the instance through the
+    // actor, before the instance is in the lane).
+    for t in starts(&model, 101..=104).await {
+        t.await.unwrap().unwrap();
+    }
+    let before = model.figures.scheduler();
     let started = std::time::Instant::now();
     let mut tasks = starts(&model, 1..=3).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -317,7 +323,8 @@ async fn with_oldest_the_instance_waits_out_the_delay_itself_and_the_request_tha
     }
     assert!(started.elapsed() < Duration::from_secs(30), "woken by the fourth request, not by the delay");
     let s = model.figures.scheduler();
-    assert_eq!((s.batches, s.pulled, s.direct), (1, 1, 0), "the instance took the batch itself: {s:?}");
+    let took = (s.batches - before.batches, s.pulled - before.pulled, s.direct - before.direct);
+    assert_eq!(took, (1, 1, 0), "the instance took the batch itself: {s:?}");
     model.unload().await;
 }
 
@@ -470,9 +477,21 @@ async fn a_decoupled_sequence_model_keeps_the_state_of_its_last_response() {
         }
     };
     assert_eq!(turn(3, true).await, vec![1, 2, 3]);
+    // (The first request may find the instance not yet in the lane, just after the load.)
+    let before = model.figures.scheduler();
     assert_eq!(turn(2, false).await, vec![4, 5], "the second turn goes on from the first one's state");
     assert_eq!(turn(1, true).await, vec![1], "START begins again");
+    // A turn sent while the one before it still runs waits for it and goes on from its state;
+    // the instance that finishes the first takes the second itself.
+    let (a, b) = (turn(2, false), turn(1, false));
+    assert_eq!(a.await, vec![2, 3]);
+    assert_eq!(b.await, vec![4]);
     let first = model.stats.responses.first.snapshot();
     let between = model.stats.responses.between.snapshot();
-    assert_eq!((first.count, between.count), (3, 3), "a first response per request, the gaps between the others");
+    assert_eq!((first.count, between.count), (5, 4), "a first response per request, the gaps between the others");
+    // Every later turn went from the submitting thread into the sequence batcher
+    // (`lane::sequence`), none through the sequence actor's mailbox.
+    let s = model.figures.scheduler();
+    let lane = s.direct + s.pulled - before.direct - before.pulled;
+    assert_eq!((lane, s.batches - before.batches), (4, 4), "{s:?}");
 }

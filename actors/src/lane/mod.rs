@@ -13,9 +13,9 @@
 //! and the model's requests have not come in company lately (`company`; Triton's
 //! dynamic batcher makes even a lone client's request wait for its delay). Sequence models
 //! have a lane of their own (`sequence`): their requests go into the sequence batcher, shared under a lock,
-//! and to a free instance from there. A decoupled model takes the direct lane too (its batcher
-//! runs each request alone, with no delay); its sequences, and iterative ones, keep the scheduler
-//! for every request.
+//! and to a free instance from there, decoupled or not. A decoupled model without sequences takes the
+//! direct lane too (its batcher runs each request alone, with no delay). Iterative sequences keep
+//! the scheduler for every request.
 //!
 //! An instance that finishes while requests wait takes its next batch itself (`pull`), once
 //! its answers are out: it asks the batcher, shared with the scheduler under a lock, as the
@@ -71,8 +71,8 @@ pub(crate) struct Lane {
     /// nothing there needs its timers (no queue timeout) and there is one priority level
     /// (`busy`).
     queues: bool,
-    /// A sequence model's batcher, shared with its sequence actor (not for decoupled or
-    /// iterative sequence models: they keep the actor for every request).
+    /// A sequence model's batcher, shared with its sequence actor (not for iterative sequence
+    /// models: they keep the actor for every request).
     sequence: Option<Arc<Mutex<SequenceBatcher>>>,
     /// The scheduler actor's turn, for work the lane queued that it must time or hand out.
     pump: OnceLock<Recipient<Pump>>,
@@ -199,7 +199,7 @@ impl Lane {
         };
         let delays = !max_delay.is_zero();
         let direct = policy.sequence().is_none();
-        let takes_sequences = policy.sequence().is_some_and(|s| !s.iterative) && !policy.decoupled;
+        let takes_sequences = policy.sequence().is_some_and(|s| !s.iterative);
         let batcher = batcher.filter(|_| direct);
         Lane {
             direct,
