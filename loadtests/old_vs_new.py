@@ -9,7 +9,7 @@ strategy; see sequences.py), the ensemble `add_sub_pipeline` (add_sub, then iden
 c16, and the decoupled `repeat_int32` over gRPC streams at c8 (IN of 4 elements, no delays:
 4 responses and a final flag per request). On request (`--loads`): `accumulate_oldest` at c1
 (one sequence at a time: the sequence path's latency) and c4 (every batch short of the preferred
-8, so each waits out the strategy's delay), `repeat_int32` at c1, and `accumulate` (the `direct` strategy,
+8, so each waits out the strategy's delay), `add_sub_pipeline` and `repeat_int32` at c1, and `accumulate` (the `direct` strategy,
 2 instances x 4 slots) at c8. Per pair and load: new ÷ old infer/s and p99, the server's CPU µs
 per inference (its process tree, from /proc) and its threads' voluntary context switches per
 inference by thread name (each is a thread going to sleep, so each wake-up a request causes
@@ -37,6 +37,7 @@ ALL_LOADS = {"mlp:16": ("mlp", 16, []), "accumulate_oldest:1": ("accumulate_olde
              "accumulate_oldest:4": ("accumulate_oldest", 4, SEQ),
              "accumulate_oldest:64": ("accumulate_oldest", 64, SEQ),
              "accumulate_oldest:256": ("accumulate_oldest", 256, SEQ), "accumulate:8": ("accumulate", 8, SEQ),
+             "add_sub_pipeline:1": ("add_sub_pipeline", 1, []),
              "add_sub_pipeline:16": ("add_sub_pipeline", 16, []),
              "repeat_int32:1": ("repeat_int32", 1, ["--streaming", "--input-data", REPEAT_DATA]),
              "repeat_int32:8": ("repeat_int32", 8, ["--streaming", "--input-data", REPEAT_DATA])}

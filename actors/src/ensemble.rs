@@ -2,8 +2,10 @@
 //! ensemble request is taken by one of the ensemble's instances, which starts every step whose
 //! inputs exist, sends each step's request through that model's own scheduler (so composing
 //! models batch with other traffic), runs independent branches at the same time and passes
-//! tensors on without copying their data. A failing step fails the request with the step's
-//! name; the sibling steps still queued are dropped (their replies close).
+//! tensors on without copying their data. A step that is all the request waits for may run on
+//! the ensemble instance's own thread, as a frontend runs a lone request (`Route::submit_here`):
+//! a chain of small steps on idle models then wakes no other thread. A failing step fails the
+//! request with the step's name; the sibling steps still queued are dropped (their replies close).
 //!
 //! The engine does not know where models live: it reaches the composing models through
 //! `Route`, which the server implements over its repository.
@@ -31,6 +33,12 @@ pub trait Route: Send + Sync + 'static {
     /// Queues `request` in the named model (`None` = its latest ready version); its answer
     /// comes on `reply`.
     fn submit(&self, model: &str, version: Option<i64>, request: InferRequest, reply: Reply) -> Result<()>;
+
+    /// `submit`, for a caller that awaits the answer at once: the step may run on the calling
+    /// thread where its model allows it (`ModelHandle::submit_here`).
+    fn submit_here(&self, model: &str, version: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
+        self.submit(model, version, request, reply)
+    }
 }
 
 /// One step of an ensemble.
@@ -132,10 +140,16 @@ async fn run<R: Route>(
     let mut started = vec![false; plan.steps.len()];
     let mut running = FuturesUnordered::new();
     loop {
-        for (i, step) in plan.steps.iter().enumerate() {
-            if started[i] || !step.inputs.iter().all(|(_, t)| tensors.contains_key(t)) {
-                continue;
-            }
+        let ready: Vec<usize> = (0..plan.steps.len())
+            .filter(|&i| !started[i] && plan.steps[i].inputs.iter().all(|(_, t)| tensors.contains_key(t)))
+            .collect();
+        // A step that is all the request waits for (no other step ready or running) may run on
+        // this thread (a lone request on a free instance whose backend allows it): no wake-up
+        // of the step's instance thread, nor of this one for the answer. Steps that can run at
+        // once go to their instances, to run side by side.
+        let here = ready.len() == 1 && running.is_empty();
+        for i in ready {
+            let step = &plan.steps[i];
             started[i] = true;
             let inputs = step
                 .inputs
@@ -172,8 +186,13 @@ async fn run<R: Route>(
             }
             request.trace = child.clone();
             let (reply, rx) = Reply::once();
-            router.submit(&step.model, step.version, request, reply).map_err(|e| step_error(plan, i, e))?;
             let queued = Instant::now();
+            let submitted = if here {
+                router.submit_here(&step.model, step.version, request, reply)
+            } else {
+                router.submit(&step.model, step.version, request, reply)
+            };
+            submitted.map_err(|e| step_error(plan, i, e))?;
             running.push(async move { (i, queued, child, rx.await) });
         }
         let Some((i, queued, child, answer)) = running.next().await else { break };
@@ -209,4 +228,81 @@ async fn run<R: Route>(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::tensor::DataType;
+
+    /// Answers each step at once, its first input as its output, and notes how it was submitted.
+    #[derive(Default)]
+    struct Echo {
+        calls: Mutex<Vec<(String, bool)>>,
+    }
+
+    impl Echo {
+        fn answer(&self, model: &str, here: bool, request: InferRequest, reply: Reply) -> Result<()> {
+            self.calls.lock().unwrap().push((model.to_string(), here));
+            let first = &request.inputs[0];
+            let out =
+                Tensor::new(request.outputs[0].name.clone(), first.datatype, first.shape.clone(), first.data.clone());
+            reply.send(Ok(crate::backend::response(&request.id, model, 1, vec![out], true)));
+            Ok(())
+        }
+    }
+
+    impl Route for Echo {
+        fn submit(&self, model: &str, _: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
+            self.answer(model, false, request, reply)
+        }
+
+        fn submit_here(&self, model: &str, _: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
+            self.answer(model, true, request, reply)
+        }
+    }
+
+    fn step(model: &str, inputs: &[&str], output: &str) -> Step {
+        Step {
+            model: model.into(),
+            version: None,
+            inputs: inputs.iter().enumerate().map(|(i, t)| (format!("IN{i}"), t.to_string())).collect(),
+            outputs: vec![("OUT".into(), output.into())],
+        }
+    }
+
+    /// Runs `steps` on one request whose input is `X`; how each step was submitted, and the
+    /// ensemble's output `Y`.
+    fn submitted(steps: Vec<Step>) -> (Vec<(String, bool)>, Vec<Tensor>) {
+        let plan = Plan { name: "e".into(), steps, outputs: vec!["Y".into()] };
+        let echo = Echo::default();
+        let x = [Tensor::new("X", DataType::I32, vec![1], Bytes::from_static(&[7, 0, 0, 0]))];
+        let batch = BatchInput {
+            inputs: &x,
+            outputs: &[],
+            batch_size: 1,
+            request: None,
+            requests: &[],
+            cancelled: &[],
+            early: &[],
+        };
+        let out =
+            futures::executor::block_on(run(&plan, &echo, &StepFigures::new(&plan), batch, &mut Default::default()));
+        (echo.calls.into_inner().unwrap(), out.unwrap())
+    }
+
+    #[test]
+    fn a_step_the_request_waits_for_alone_may_run_here_and_branches_go_to_their_instances() {
+        let (calls, out) = submitted(vec![step("pre", &["X"], "T"), step("model", &["T"], "Y")]);
+        assert_eq!(calls, [("pre".to_string(), true), ("model".to_string(), true)], "a chain: each step alone");
+        assert_eq!(&out[0].data[..], &[7, 0, 0, 0]);
+        let diamond = vec![step("a", &["X"], "A"), step("b", &["X"], "B"), step("join", &["A", "B"], "Y")];
+        let (calls, _) = submitted(diamond);
+        let expected = [("a".to_string(), false), ("b".to_string(), false), ("join".to_string(), true)];
+        assert_eq!(calls, expected, "two branches run side by side; the join alone");
+    }
 }

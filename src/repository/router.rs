@@ -157,10 +157,20 @@ pub struct NamespaceRoute {
 
 impl Route for NamespaceRoute {
     fn submit(&self, model: &str, version: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
+        self.step(model, version)?.handle.submit(request, reply)
+    }
+
+    fn submit_here(&self, model: &str, version: Option<i64>, request: InferRequest, reply: Reply) -> Result<()> {
+        self.step(model, version)?.handle.submit_here(request, reply)
+    }
+}
+
+impl NamespaceRoute {
+    /// The step's model version, entered (held from retiring while its request is submitted).
+    fn step(&self, model: &str, version: Option<i64>) -> Result<super::retire::Pass> {
         let key = self.router.resolve_in(&self.namespace, model)?;
         let lookup = || self.router.get_in(&key, version);
-        let step = super::retire::enter(lookup()?, lookup)?;
-        step.handle.submit(request, reply)
+        super::retire::enter(lookup()?, lookup)
     }
 }
 
