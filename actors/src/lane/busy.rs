@@ -7,8 +7,8 @@
 //! Only what the scheduler would have done at once: the batcher's rules decide as before
 //! (`max_queue_size` and the engine's bound refuse with the scheduler's text, on the
 //! submitting thread), and the scheduler keeps every case it times or orders otherwise: a
-//! queue timeout (the model's, or a request's own), priority levels, sequences, decoupled
-//! models, a draining model, a model with no live instance (it fails the request), any request
+//! queue timeout (the model's, or a request's own), priority levels, sequences (their lane is
+//! `sequence`), a draining model, a model with no live instance (it fails the request), any request
 //! that finds an instance free while others wait, and any request behind one still on its way
 //! to the scheduler (so requests keep their order of arrival). A batching delay needs no timer
 //! here: with every instance busy the scheduler arms none either (only a free instance waits

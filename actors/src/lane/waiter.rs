@@ -22,8 +22,8 @@
 //! batch it would pull is held by the delay, and, for the model's one instance, idle, when a
 //! request arrives whose batch the delay holds (`wait_here_sequence`). The request that makes the
 //! batch ready (a preferred size, the largest batch) wakes it, as does the sequence actor's turn
-//! after requests it queued, or the drain. Where the actor timed the delay, a batch the delay held
-//! woke its thread twice and the timer thread once.
+//! after requests it queued, or the drain. Where the actor timed the delay, the actor's thread and
+//! the timer thread each woke about twice per request so held (accumulate_oldest at c1).
 //!
 //! Only where a request may wait behind busy instances without the scheduler (`busy::unaided`:
 //! no queue timeouts, one priority level; any sequence model the lane serves), while the model is
