@@ -59,6 +59,13 @@ impl State {
         self.waiter = None;
         self.slots[w].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
     }
+
+    /// Takes the last freed instance off the free list, to be told to pull and wait for its
+    /// batch (`wait_here`, `wait_here_sequence`): the caller owes it the `Pull` of the `Waiter`.
+    fn take_idle(&mut self) -> Option<Waiter> {
+        let index = self.free.pop()?;
+        self.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
+    }
 }
 
 impl Lane {
@@ -77,10 +84,7 @@ impl Lane {
     /// Queues `p` and tells the model's one instance, idle, to pull (the caller checked
     /// `waits_here` under `s`): it finds the batch not ready and waits for it (`Pulled::Wait`).
     pub(super) fn wait_here(&self, s: MutexGuard<'_, State>, p: Pending) -> Route {
-        self.queue_here(s, p, |_, s, _| {
-            let index = s.free.pop()?;
-            s.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
-        })
+        self.queue_here(s, p, |_, s, _| s.take_idle())
     }
 
     /// The waiting instance, taken off the lane, if the batch it waits for would go now.
@@ -109,8 +113,7 @@ impl Lane {
         if !(s.open && s.live() == 1 && s.free.len() == 1 && s.waiter.is_none()) {
             return None;
         }
-        let index = s.free.pop()?;
-        s.slots[index].as_ref().map(|(_, mailbox)| Waiter(mailbox.clone()))
+        s.take_idle()
     }
 
     /// Instance `index` waited until its deadline without a word: true when the wait was still
