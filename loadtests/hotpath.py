@@ -37,6 +37,12 @@ Options for issue 19 point 1 (the mlp instance fed at c16):
               binary can be measured against itself with other session options.
   --old-server-arg / --new-server-arg ARG   an argument added to that subject's command line
               (repeatable; e.g. --new-server-arg=--http-thread-count --new-server-arg=1).
+  --floor-mlp PATH   loadtests/ceiling's `floor_mlp` as a subject of the mlp loads: actix-web (HTTP)
+              or tonic (gRPC) and the bundled mlp's ONNX Runtime session with the least batching
+              engine between
+              them (a queue under a mutex, one thread running the batches, the same 200 µs delay
+              for 8). What it reaches of the bound is what a server of Tritium's shape reaches
+              here with nothing else to do.
   --triton    real Triton 2.51 (loadtests/triton_ref, $TRITON_REF_DIR) as a third subject of the mlp
               loads, its mlp as targets.py configures it: the time outside the statistics per
               request, new ÷ Triton's, in the same repeat.
@@ -81,7 +87,7 @@ LOADS = {"add_sub_http": ("add_sub", "http", "bin", 1), "add_sub_grpc": ("add_su
          "mlp_http_c1": ("mlp", "http", "bin", 1),
          "add_sub_http_c16": ("add_sub", "http", "bin", 16), "add_sub_grpc_c16": ("add_sub", "grpc", "bin", 16)}
 DEFAULT_LOADS = "add_sub_http,add_sub_grpc,mlp_http,mlp_grpc"
-SUBJECTS = ["old", "new", "floor", "floor_grpc", "triton"]
+SUBJECTS = ["old", "new", "floor", "floor_grpc", "floor_mlp", "triton"]
 
 
 def edit_mlp_config(text, params, batching=None, instances=None):
@@ -129,6 +135,7 @@ def main():
     ap.add_argument("--new", required=True)
     ap.add_argument("--floor", required=True)
     ap.add_argument("--floor-grpc", required=True)
+    ap.add_argument("--floor-mlp", help="loadtests/ceiling's floor_mlp binary: a subject of the mlp loads")
     ap.add_argument("--ceiling", required=True)
     ap.add_argument("--ceiling-seconds", type=float, default=1.0)
     ap.add_argument("--ceiling-intra-threads", type=int, default=0)
@@ -166,7 +173,8 @@ def main():
         summarize(args, os.path.dirname(os.path.abspath(args.from_json)), d["stamp"], d["header"], d["runs"],
                   d["failures"], d["ceilings"], d["switches"])
         return 0
-    for p in (args.old, args.new, args.floor, args.floor_grpc, args.ceiling, args.perf_analyzer):
+    for p in (args.old, args.new, args.floor, args.floor_grpc, args.ceiling, args.perf_analyzer) + \
+            ((args.floor_mlp,) if args.floor_mlp else ()):
         if not os.path.exists(p):
             sys.exit(f"missing {p}")
     unknown = [x for x in args.loads.split(",") if x not in LOADS]
@@ -179,7 +187,8 @@ def main():
     mlp_loads = [x for x in loads if x[0] == "mlp"]
     targets.PLAN.update({"old": loads, "new": loads, "triton": mlp_loads,
                          "floor": [x for x in loads if x[:2] == ("add_sub", "http")],
-                         "floor_grpc": [x for x in loads if x[:2] == ("add_sub", "grpc")]})
+                         "floor_grpc": [x for x in loads if x[:2] == ("add_sub", "grpc")],
+                         "floor_mlp": mlp_loads if args.floor_mlp else []})
     for proto in ("http", "grpc"):
         # the floors answer add_sub at c16 at 25,000-40,000/s here: a 1.5 s window stalled
         # perf_analyzer for 600 s (targets.INTERVAL_MS)
@@ -189,6 +198,8 @@ def main():
         subjects.append("floor")
     if targets.PLAN["floor_grpc"]:
         subjects.append("floor_grpc")
+    if targets.PLAN["floor_mlp"]:
+        subjects.append("floor_mlp")
     if args.triton and mlp_loads:
         subjects.append("triton")
     out_dir, stamp = common.make_out_dir(args, "hotpath")
@@ -229,6 +240,8 @@ def run_ceilings(args, out_dir, subjects):
             continue
         if forced or label == "triton":
             flags = ()
+        elif label == "floor_mlp":
+            flags = floor_mlp_options(args)
         else:
             repo = (args.old_model_repository if label == "old" else None) or args.model_repository
             text = edit_mlp_config(open(os.path.join(repo, "mlp", "config.pbtxt")).read(), *mlp_edits(args, label))
@@ -252,6 +265,11 @@ def run_ceilings(args, out_dir, subjects):
                 f"b{b} {r['cpu_us_per_item']:.0f}" for b, r in runs[flags].items()) + " CPU µs/item", flush=True)
         out[label] = {"options": " ".join(flags) or "ONNX Runtime's defaults", "batches": runs[flags]}
     return out
+
+
+def floor_mlp_options(args):
+    """The ceiling's flags for floor_mlp's session: the bundled mlp config's, unedited."""
+    return common.ort_options(open(os.path.join(args.model_repository, "mlp", "config.pbtxt")).read())
 
 
 def server_args_note(args, label):
@@ -279,6 +297,16 @@ def start_servers(args, out_dir, tmp, stack, subjects):
             "floor_grpc", [args.floor_grpc, "--port", str(port)], dict(os.environ),
             os.path.join(out_dir, "server-floor_grpc.log"), port, port))
         targets.wait_port(port)
+    if "floor_mlp" in subjects:
+        port, grpc_port = common.free_ports(2)
+        flags = floor_mlp_options(args)
+        if any(f in ("--intra-threads", "--sessions") for f in flags):
+            sys.exit(f"--floor-mlp serves one session with ONNX Runtime's default threads; the bundled mlp asks {flags}")
+        servers["floor_mlp"] = stack.enter_context(targets.process_server(
+            "floor_mlp", [args.floor_mlp, "--port", str(port), "--grpc-port", str(grpc_port),
+                          "--onnxruntime-library", args.onnxruntime_library,
+                          "--model", os.path.join(args.model_repository, "mlp", "1", "model.onnx")] + list(flags),
+            dict(os.environ), os.path.join(out_dir, "server-floor_mlp.log"), port, grpc_port, ready=["mlp"]))
     if "triton" in subjects:
         repo, cfg = targets.triton_repo(args, tmp)
         with open(os.path.join(out_dir, "triton-mlp-config.pbtxt"), "w") as f:
@@ -361,6 +389,7 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
     # busy: the share of wall time each instance computes, the mean over the subject's instances
     instances = {b: subject_instances(args, b) for b in ("old", "new")}
     instances["triton"] = args.triton_instances
+    instances["floor_mlp"] = 1
 
     def g(rep, subject, model, proto, c):
         return targets.pick(runs, rep, subject, model, proto, "bin", c)
@@ -393,7 +422,8 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
                     add(f"add_sub_c16_{proto}_{b}_ips", r["infer_per_s"])
             o, n = g(rep, "old", "mlp", proto, 16), g(rep, "new", "mlp", proto, 16)
             tr = g(rep, "triton", "mlp", proto, 16)
-            for b, r in (("old", o), ("new", n), ("triton", tr)):
+            fm = g(rep, "floor_mlp", "mlp", proto, 16)
+            for b, r in (("old", o), ("new", n), ("floor_mlp", fm), ("triton", tr)):
                 if r and f16:
                     # a server whose CPU beyond the model were the floor's at c16, with no core idle
                     pa_model = targets.us_per_inference(r, "client_cores") + model_cpu(r, ceilings)
@@ -413,7 +443,7 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
                         add(f"threads_{proto}_{b}_{k}", v)
             if o and n:
                 add(f"mlp_{proto}_new_vs_old", n["infer_per_s"] / o["infer_per_s"])
-            for b, r in (("old", o), ("new", n)):
+            for b, r in (("old", o), ("new", n), ("floor_mlp", fm)):
                 if r and tr:
                     add(f"mlp_{proto}_{b}_outside_vs_triton", r["network_server_us"] / max(tr["network_server_us"], 1))
             o, n = g(rep, "old", "mlp", proto, 1), g(rep, "new", "mlp", proto, 1)
@@ -427,7 +457,8 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
         xs = ratios.get(key)
         return f"{median(xs):.{digits}f} ({spread(xs)})" if xs else "not measured"
 
-    cols = ["old", "new"] + (["triton"] if any(k.startswith("mlp_") and "_triton_" in k for k in ratios) else [])
+    cols = ["old", "new"] + [s for s in ("floor_mlp", "triton") if any(k.startswith("mlp_") and f"_{s}_" in k
+                                                                        for k in ratios)]
     lines = [f"# Issue 19: the hot path, old ÷ new ÷ floor ({stamp})", "",
              f"perf_analyzer {common.PA_VERSION}; old = {args.old}{params_note(*mlp_edits(args, 'old'))}"
              f"{server_args_note(args, 'old')}, new = {args.new}{params_note(*mlp_edits(args, 'new'))}"

@@ -305,6 +305,12 @@ def change(args, tids, instance, pool, made, on):
     for t, comm in tids.items():
         if ("frontends" in groups and comm.startswith(("actix", "grpc"))) or ("pool" in groups and t in pool):
             os.sched_setscheduler(t, os.SCHED_BATCH if on else made[t][1], os.sched_param(0))
+    fifo = {g for g in args.fifo.split(",") if g}
+    for t in [instance] * ("instance" in fifo) + sorted(pool) * ("pool" in fifo):
+        if on:
+            os.sched_setscheduler(t, os.SCHED_FIFO, os.sched_param(1))
+        else:
+            os.sched_setscheduler(t, made[t][1], os.sched_param(0))
     for cpus, threads in ((args.pin_instance, [instance]), (args.pin_pool, sorted(pool)),
                           (args.pin_frontends, members["frontends"])):
         for t in threads if cpus else ():
@@ -350,6 +356,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0, help="each traced window")
     ap.add_argument("--warmup-s", type=float, default=5.0, help="load before anything is measured")
     ap.add_argument("--batch", default="", help="comma-separated: frontends, pool (SCHED_BATCH)")
+    ap.add_argument("--fifo", default="", help="comma-separated: instance, pool (SCHED_FIFO, priority 1)")
     ap.add_argument("--pin-instance", metavar="CPUS", help="taskset CPU list for the instance's thread")
     ap.add_argument("--pin-pool", metavar="CPUS", help="taskset CPU list for ONNX Runtime's pool threads")
     ap.add_argument("--pin-frontends", metavar="CPUS",
@@ -364,9 +371,12 @@ def main():
     groups = {g for g in args.batch.split(",") if g}
     if groups - {"frontends", "pool"}:
         sys.exit(f"--batch: unknown groups {sorted(groups - {'frontends', 'pool'})}")
-    changed = bool(groups or args.pin_instance or args.pin_pool or args.pin_frontends or slices(args.slice_us))
+    fifo = {g for g in args.fifo.split(",") if g}
+    if fifo - {"instance", "pool"}:
+        sys.exit(f"--fifo: unknown groups {sorted(fifo - {'instance', 'pool'})}")
+    changed = bool(groups or fifo or args.pin_instance or args.pin_pool or args.pin_frontends or slices(args.slice_us))
     if args.rounds and not changed:
-        sys.exit("--rounds compares the threads as made with a change: give --batch, --pin-* or --slice-us")
+        sys.exit("--rounds compares the threads as made with a change: give --batch, --fifo, --pin-* or --slice-us")
     common.check_inputs(args, [args.model])
     out_dir, stamp = common.make_out_dir(args, "sched_trace")
     header = common.run_header(args)
@@ -409,6 +419,8 @@ def change_text(args):
     parts = []
     if args.batch:
         parts.append(f"SCHED_BATCH on {args.batch}")
+    if args.fifo:
+        parts.append(f"SCHED_FIFO (priority 1) on {args.fifo}")
     if args.pin_instance:
         parts.append(f"the instance's thread on CPUs {args.pin_instance}")
     if args.pin_pool:

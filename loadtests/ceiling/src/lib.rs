@@ -1,6 +1,8 @@
 //! What the ceiling benches share: timing one batch size of an in-process model run and printing
 //! the one JSON line per (repeat, batch) that loadtests/targets.py and pytorch.py read.
 
+pub mod batcher;
+
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
