@@ -88,7 +88,8 @@ impl Batcher {
         let env = ort::init_from(o.library)?.with_name("floor_mlp").build()?;
         let (model, session_entries) = (o.model.to_path_buf(), o.session.to_vec());
         let (made_tx, made_rx) = std::sync::mpsc::channel();
-        let shared = Arc::new(Shared { queue: Mutex::new(Vec::new()), ready: Condvar::new(), counters: Counters::default() });
+        let shared =
+            Arc::new(Shared { queue: Mutex::new(Vec::new()), ready: Condvar::new(), counters: Counters::default() });
         let (engine_shared, delay, preferred, max_batch) = (shared.clone(), o.delay, o.preferred, o.max_batch);
         std::thread::Builder::new().name("engine".into()).spawn(move || {
             let made = (|| -> BenchResult<(Session, String, String, usize, usize)> {
@@ -294,7 +295,7 @@ impl Placement {
 
     fn after_run(&mut self) {
         self.runs += 1;
-        if self.done || self.runs % 64 != 0 {
+        if self.done || !self.runs.is_multiple_of(64) {
             return;
         }
         let now = ticks(&self.pool);

@@ -70,7 +70,8 @@ impl GrpcInferenceService for Floor {
     ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
         known(&req.get_ref().name)?;
         let b = &self.batcher;
-        let t = |n: &str, w: usize| TensorMetadata { name: n.into(), datatype: "FP32".into(), shape: vec![-1, w as i64] };
+        let t =
+            |n: &str, w: usize| TensorMetadata { name: n.into(), datatype: "FP32".into(), shape: vec![-1, w as i64] };
         Ok(Response::new(pb::ModelMetadataResponse {
             name: MODEL.into(),
             versions: vec!["1".into()],

@@ -177,7 +177,8 @@ async fn infer(path: web::Path<String>, req: HttpRequest, body: web::Bytes, b: w
         .body(bytes)
 }
 
-const USAGE: &str = "usage: floor_mlp --port N [--grpc-port N] [--workers N] [--model FILE] [--onnxruntime-library PATH] \
+const USAGE: &str =
+    "usage: floor_mlp --port N [--grpc-port N] [--workers N] [--model FILE] [--onnxruntime-library PATH] \
                      [--delay-us 200] [--preferred 8] [--max-batch 64] [--session KEY=VALUE]...";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -186,9 +187,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut grpc_port = None;
     let mut workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut model = root.join("model_repository/mlp/1/model.onnx");
-    let mut library = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from).unwrap_or_else(|| {
-        root.join(".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1")
-    });
+    let mut library = std::env::var_os("ORT_DYLIB_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1"));
     let (mut delay_us, mut preferred, mut max_batch) = (200u64, 8usize, 64usize);
     let mut session = Vec::new();
     let mut it = std::env::args().skip(1);
