@@ -25,7 +25,8 @@ the frontend threads (`frontends`: actix-* and grpc-*) and/or ONNX Runtime's poo
 (`pool`) under SCHED_BATCH (`chrt -b`: woken, such a thread does not preempt the one running on
 its CPU; it waits for a free CPU or the scheduler's tick); --pin-instance / --pin-pool /
 --pin-frontends hold the instance's thread, its pool and the frontend threads to CPU lists
-(`taskset`); --slice-us GROUP=US asks the fair scheduler (EEVDF, Linux 6.12 and later) for that
+(`taskset`); --fifo GROUPS puts the instance's thread and/or its pool under SCHED_FIFO
+(priority 1: no thread of the fair class preempts them); --slice-us GROUP=US asks the fair scheduler (EEVDF, Linux 6.12 and later) for that
 slice for a group's threads (instance, pool, frontends). With a change, the threads are traced as
 the server made them and then changed; --rounds N first runs N rounds of two phases (as made,
 changed; the order alternating) and compares their infer/s and server CPU per inference. The
@@ -36,7 +37,7 @@ Needs root (perf's scheduler tracepoints on every CPU) and `perf`; run it under 
 
   .venv/bin/python loadtests/sched_trace.py --server BIN [--protocol http] [--seconds 2]
       [--batch frontends,pool] [--pin-instance CPUS] [--pin-pool CPUS] [--pin-frontends CPUS]
-      [--slice-us instance|pool|frontends=US] [--rounds 8]
+      [--slice-us instance|pool|frontends=US] [--fifo instance,pool] [--rounds 8]
 
 Results: loadtests/out/sched_trace-<time>/summary.{md,json}.
 """
