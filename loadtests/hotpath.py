@@ -443,6 +443,9 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
                         add(f"threads_{proto}_{b}_{k}", v)
             if o and n:
                 add(f"mlp_{proto}_new_vs_old", n["infer_per_s"] / o["infer_per_s"])
+            for b, r in (("old", o), ("new", n)):
+                if r and fm:
+                    add(f"mlp_{proto}_{b}_vs_floor_mlp", r["infer_per_s"] / fm["infer_per_s"])
             for b, r in (("old", o), ("new", n), ("floor_mlp", fm)):
                 if r and tr:
                     add(f"mlp_{proto}_{b}_outside_vs_triton", r["network_server_us"] / max(tr["network_server_us"], 1))
@@ -488,6 +491,8 @@ def summarize(args, out_dir, stamp, header, runs, failures, ceilings, switches):
         if f"mlp_{proto}_new_ips" not in ratios:
             continue
         row(f"mlp {proto} c16 infer/s", f"mlp_{proto}_{{b}}_ips", 0)
+        if "floor_mlp" in cols:
+            row("… ÷ floor_mlp's in the same repeat", f"mlp_{proto}_{{b}}_vs_floor_mlp")
         row("… ÷ the CPU bound (target ≥ 0.85)", f"mlp_{proto}_{{b}}_bound")
         row("… instance busy % (target ≥ 90)", f"mlp_{proto}_{{b}}_busy", 0)
         row("… µs per request outside the statistics", f"mlp_{proto}_{{b}}_outside", 0)
