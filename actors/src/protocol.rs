@@ -142,6 +142,9 @@ pub(crate) struct InstanceUp {
     pub mailbox: Sender<InstanceMsg>,
     /// Its backend, for a submitter to run a lone request on (`lane::Claim`), if it allows.
     pub inline: Option<Arc<dyn RunHere>>,
+    /// The model's load, answered once the scheduler has the instance (the last one up of a
+    /// load brings it): a request submitted after the load returns finds the instance on the lane.
+    pub loaded: Option<oneshot::Sender<crate::error::Result<()>>>,
 }
 
 /// From the supervisor: an instance died; its batch was already answered.

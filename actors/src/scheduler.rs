@@ -338,10 +338,17 @@ impl<Q: Queue> Handler<InstanceUp> for Scheduler<Q> {
     fn handle(&mut self, m: InstanceUp, ctx: &mut Context<Self>) {
         if self.draining {
             let _ = m.mailbox.send(InstanceMsg::Shutdown);
+            // Unloaded while loading: the load itself went through, as before this hand-over.
+            if let Some(tx) = m.loaded {
+                let _ = tx.send(Ok(()));
+            }
             return;
         }
         self.lane.turn().up(m.index, m.generation, m.mailbox.clone(), m.inline);
         self.slots[m.index] = Slot { mailbox: Some(m.mailbox), generation: m.generation };
+        if let Some(tx) = m.loaded {
+            let _ = tx.send(Ok(()));
+        }
         self.pump(ctx);
     }
 }

@@ -128,6 +128,9 @@ impl Handler<InstanceReady> for Supervisor {
         }
         member.alive = true;
         member.failed_starts = 0;
+        // The load is answered by the scheduler once it has the last instance on its lane, so
+        // the first request after the load takes the lane, not the scheduler's mailbox.
+        let loaded = if self.members.iter().all(|m| m.alive) { self.loading.take() } else { None };
         // The scheduler hears first: whoever sees the figure after this finds the instance's
         // InstanceUp already ahead of its own requests in the scheduler's mailbox.
         self.scheduler.up.do_send(InstanceUp {
@@ -135,11 +138,9 @@ impl Handler<InstanceReady> for Supervisor {
             generation: m.generation,
             mailbox: m.mailbox,
             inline: m.inline,
+            loaded,
         });
         self.figures.supervisor.alive(m.index, true);
-        if self.loading.is_some() && self.members.iter().all(|m| m.alive) {
-            let _ = self.loading.take().unwrap().send(Ok(()));
-        }
     }
 }
 

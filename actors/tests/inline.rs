@@ -105,8 +105,7 @@ fn this_thread() -> String {
 }
 
 /// Runs requests until one runs on this thread (the first executions go to the instance's: it
-/// is not measured yet, and the first request may reach the scheduler before it heard the
-/// instance is up); returns how many executions ran.
+/// is not measured yet); returns how many executions ran.
 async fn warm(model: &ModelHandle, setup: &Setup) -> usize {
     for i in 0..10 {
         // Each its own values: none is a hit of the response cache.

@@ -307,8 +307,7 @@ async fn with_oldest_the_instance_waits_out_the_delay_itself_and_the_request_tha
     // request makes the preferred size and wakes it long before the delay ends.
     let (model, _) = load(oldest_by_four(Duration::from_secs(60))).await;
     let model = Arc::new(model);
-    // A first batch (right after the load, its first request may reach the instance through the
-    // actor, before the instance is in the lane).
+    // A first batch; the figures below count from after it.
     for t in starts(&model, 101..=104).await {
         t.await.unwrap().unwrap();
     }
