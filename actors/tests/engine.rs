@@ -94,7 +94,9 @@ async fn runs_requests_and_counts_them() {
 async fn the_first_request_after_a_load_finds_the_instance_on_the_lane() {
     // The load is answered once the scheduler has the instance (not once the supervisor has
     // told it), so the first request goes straight to the free instance, never through the
-    // scheduler's mailbox. Several loads: the order used to be a race, lost now and then.
+    // scheduler's mailbox. Several loads: with the load answered by the supervisor, a first
+    // request could reach the scheduler before the instance did (seen once under a parallel
+    // test load; this loop on its own did not catch it in three runs of the old code).
     let engine = Engine::new();
     for round in 0..20 {
         let seen = Arc::new(Mutex::new(Vec::new()));
