@@ -37,12 +37,11 @@ Options for issue 19 point 1 (the mlp instance fed at c16):
               binary can be measured against itself with other session options.
   --old-server-arg / --new-server-arg ARG   an argument added to that subject's command line
               (repeatable; e.g. --new-server-arg=--http-thread-count --new-server-arg=1).
-  --floor-mlp PATH   loadtests/ceiling's `floor_mlp` as a subject of the mlp loads: actix-web (HTTP)
-              or tonic (gRPC) and the bundled mlp's ONNX Runtime session with the least batching
-              engine between
-              them (a queue under a mutex, one thread running the batches, the same 200 µs delay
-              for 8). What it reaches of the bound is what a server of Tritium's shape reaches
-              here with nothing else to do.
+  --floor-mlp PATH   loadtests/ceiling's `floor_mlp` as a subject of the mlp loads: actix-web
+              (HTTP) or tonic (gRPC) and the bundled mlp's ONNX Runtime session with the least
+              batching engine between them (a queue under a mutex, one thread running the
+              batches, the same 200 µs delay for 8). What it reaches of the bound is what a server
+              of Tritium's shape reaches here with nothing else to do.
   --triton    real Triton 2.51 (loadtests/triton_ref, $TRITON_REF_DIR) as a third subject of the mlp
               loads, its mlp as targets.py configures it: the time outside the statistics per
               request, new ÷ Triton's, in the same repeat.

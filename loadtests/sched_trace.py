@@ -26,8 +26,9 @@ the frontend threads (`frontends`: actix-* and grpc-*) and/or ONNX Runtime's poo
 its CPU; it waits for a free CPU or the scheduler's tick); --pin-instance / --pin-pool /
 --pin-frontends hold the instance's thread, its pool and the frontend threads to CPU lists
 (`taskset`); --fifo GROUPS puts the instance's thread and/or its pool under SCHED_FIFO
-(priority 1: no thread of the fair class preempts them); --slice-us GROUP=US asks the fair scheduler (EEVDF, Linux 6.12 and later) for that
-slice for a group's threads (instance, pool, frontends). With a change, the threads are traced as
+(priority 1: no thread of the fair class preempts them); --slice-us GROUP=US asks the fair
+scheduler (EEVDF, Linux 6.12 and later) for that slice for a group's threads (instance, pool,
+frontends). With a change, the threads are traced as
 the server made them and then changed; --rounds N first runs N rounds of two phases (as made,
 changed; the order alternating) and compares their infer/s and server CPU per inference. The
 experiments: loadtests/PROFILES.md (2026-12-06, "where the instance's thread is at mlp c16" and
