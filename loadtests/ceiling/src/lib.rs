@@ -2,11 +2,26 @@
 //! the one JSON line per (repeat, batch) that loadtests/targets.py and pytorch.py read.
 
 pub mod batcher;
+pub mod kserve_http;
 
+use std::path::PathBuf;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The repository's root (this crate is `loadtests/ceiling`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// ONNX Runtime's library: `$ORT_DYLIB_PATH`, else the `onnxruntime` wheel's in the repository's
+/// venv (what Tritium uses).
+pub fn default_onnxruntime_library() -> PathBuf {
+    std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from).unwrap_or_else(|| {
+        repo_root().join(".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1")
+    })
+}
 
 /// Runs `once` for 300 ms of warm-up, then for `seconds`, and prints
 /// `{"repeat":…,"batch":…,"runs":…,"seconds":…,"items_per_s":…,"p50_us":…,"p99_us":…,"cpu_us_per_item":…}`.

@@ -18,7 +18,7 @@ use ort::environment::Environment;
 use ort::session::builder::PrepackedWeights;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor, ValueType};
-use tritium_ceiling::{measure, measure_parallel, pattern, BenchResult};
+use tritium_ceiling::{default_onnxruntime_library, measure, measure_parallel, pattern, repo_root, BenchResult};
 
 struct Args {
     model: PathBuf,
@@ -57,12 +57,9 @@ Every input must have one leading batch dimension (-1) and fixed other
 dimensions; inputs are FP32 filled with a fixed pattern. One JSON line per (repeat, batch).";
 
 fn parse() -> Result<Args, String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut a = Args {
-        model: root.join("model_repository/mlp/1/model.onnx"),
-        library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from).unwrap_or_else(|| {
-            root.join(".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1")
-        }),
+        model: repo_root().join("model_repository/mlp/1/model.onnx"),
+        library: default_onnxruntime_library(),
         batches: vec![1, 8, 32, 64],
         seconds: 3.0,
         repeats: 3,

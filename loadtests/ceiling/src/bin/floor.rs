@@ -15,14 +15,10 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::{json, Value};
+use tritium_ceiling::kserve_http::{error, respond, split, unknown_model, wants_binary};
 
-const HEADER_LENGTH: &str = "Inference-Header-Content-Length";
 const MODEL: &str = "add_sub";
 const WIDTH: usize = 16;
-
-fn error(status: StatusCode, msg: &str) -> HttpResponse {
-    HttpResponse::build(status).content_type("application/json").body(json!({ "error": msg }).to_string())
-}
 
 fn metadata() -> Value {
     let t = |n: &str| json!({ "name": n, "datatype": "FP32", "shape": [-1, WIDTH] });
@@ -51,21 +47,21 @@ async fn server_metadata() -> HttpResponse {
 async fn model_get(path: web::Path<String>) -> HttpResponse {
     match path.as_str() {
         MODEL => HttpResponse::Ok().content_type("application/json").body(metadata().to_string()),
-        m => error(StatusCode::NOT_FOUND, &format!("Request for unknown model: '{m}' is not found")),
+        m => unknown_model(m),
     }
 }
 
 async fn ready_get(path: web::Path<String>) -> HttpResponse {
     match path.as_str() {
         MODEL => HttpResponse::Ok().finish(),
-        m => error(StatusCode::NOT_FOUND, &format!("Request for unknown model: '{m}' is not found")),
+        m => unknown_model(m),
     }
 }
 
 async fn config_get(path: web::Path<String>) -> HttpResponse {
     match path.as_str() {
         MODEL => HttpResponse::Ok().content_type("application/json").body(config().to_string()),
-        m => error(StatusCode::NOT_FOUND, &format!("Request for unknown model: '{m}' is not found")),
+        m => unknown_model(m),
     }
 }
 
@@ -101,32 +97,15 @@ fn inputs(header: &Value, binary: &[u8]) -> Result<(usize, Vec<f32>, Vec<f32>), 
     Ok((batch, a, b))
 }
 
-/// Triton's rule: an output listed with `binary_data` follows it, the others
-/// `binary_data_output`.
-fn wants_binary(header: &Value, name: &str) -> bool {
-    let listed = header["outputs"].as_array().and_then(|os| os.iter().find(|o| o["name"] == name));
-    match listed {
-        Some(o) => o["parameters"]["binary_data"].as_bool().unwrap_or(false),
-        None => header["parameters"]["binary_data_output"].as_bool().unwrap_or(false),
-    }
-}
-
 async fn infer(path: web::Path<String>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
     if path.as_str() != MODEL {
-        return error(StatusCode::NOT_FOUND, &format!("Request for unknown model: '{}' is not found", path.as_str()));
+        return unknown_model(path.as_str());
     }
-    let json_len = req
-        .headers()
-        .get(HEADER_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(body.len())
-        .min(body.len());
-    let header: Value = match serde_json::from_slice(&body[..json_len]) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
+    let (header, binary) = match split(&req, &body) {
+        Ok(x) => x,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
-    let (batch, a, b) = match inputs(&header, &body[json_len..]) {
+    let (batch, a, b) = match inputs(&header, binary) {
         Ok(x) => x,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
@@ -148,17 +127,7 @@ async fn infer(path: web::Path<String>, req: HttpRequest, body: web::Bytes) -> H
     if let Some(id) = header.get("id") {
         resp["id"] = id.clone();
     }
-    let head = resp.to_string();
-    if tail.is_empty() {
-        return HttpResponse::Ok().content_type("application/json").body(head);
-    }
-    let mut bytes = Vec::with_capacity(head.len() + tail.len());
-    bytes.extend_from_slice(head.as_bytes());
-    bytes.extend_from_slice(&tail);
-    HttpResponse::Ok()
-        .content_type("application/octet-stream")
-        .insert_header((HEADER_LENGTH, head.len().to_string()))
-        .body(bytes)
+    respond(resp.to_string(), &tail)
 }
 
 fn main() -> std::io::Result<()> {

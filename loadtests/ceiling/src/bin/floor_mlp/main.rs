@@ -26,19 +26,12 @@ use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::{json, Value};
 use tritium_ceiling::batcher::{Batcher, Options};
+use tritium_ceiling::kserve_http::{error, respond, split, unknown_model as unknown, wants_binary};
+use tritium_ceiling::{default_onnxruntime_library, repo_root};
 
 mod grpc;
 
-const HEADER_LENGTH: &str = "Inference-Header-Content-Length";
 const MODEL: &str = "mlp";
-
-fn error(status: StatusCode, msg: &str) -> HttpResponse {
-    HttpResponse::build(status).content_type("application/json").body(json!({ "error": msg }).to_string())
-}
-
-fn unknown(m: &str) -> HttpResponse {
-    error(StatusCode::NOT_FOUND, &format!("Request for unknown model: '{m}' is not found"))
-}
 
 fn metadata(b: &Batcher) -> Value {
     json!({
@@ -118,32 +111,16 @@ fn input(header: &Value, binary: &[u8], b: &Batcher) -> Result<(usize, Vec<f32>)
     Ok((rows, floats))
 }
 
-/// Triton's rule: an output listed with `binary_data` follows it, else `binary_data_output`.
-fn wants_binary(header: &Value, name: &str) -> bool {
-    let listed = header["outputs"].as_array().and_then(|os| os.iter().find(|o| o["name"] == name));
-    match listed {
-        Some(o) => o["parameters"]["binary_data"].as_bool().unwrap_or(false),
-        None => header["parameters"]["binary_data_output"].as_bool().unwrap_or(false),
-    }
-}
-
 async fn infer(path: web::Path<String>, req: HttpRequest, body: web::Bytes, b: web::Data<Batcher>) -> HttpResponse {
     let arrived = Instant::now();
     if path.as_str() != MODEL {
         return unknown(path.as_str());
     }
-    let json_len = req
-        .headers()
-        .get(HEADER_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(body.len())
-        .min(body.len());
-    let header: Value = match serde_json::from_slice(&body[..json_len]) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")),
+    let (header, binary) = match split(&req, &body) {
+        Ok(x) => x,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
-    let (rows, floats) = match input(&header, &body[json_len..], &b) {
+    let (rows, floats) = match input(&header, binary, &b) {
         Ok(x) => x,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
@@ -153,8 +130,8 @@ async fn infer(path: web::Path<String>, req: HttpRequest, body: web::Bytes, b: w
         Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the engine dropped the request"),
     };
     let mut out = json!({ "name": b.output_name, "datatype": "FP32", "shape": [rows, b.output_width] });
-    let binary = wants_binary(&header, &b.output_name);
-    if binary {
+    let binary_out = wants_binary(&header, &b.output_name);
+    if binary_out {
         out["parameters"] = json!({ "binary_data_size": 4 * values.len() });
     } else {
         out["data"] = json!(values);
@@ -163,18 +140,9 @@ async fn infer(path: web::Path<String>, req: HttpRequest, body: web::Bytes, b: w
     if let Some(id) = header.get("id") {
         resp["id"] = id.clone();
     }
-    let head = resp.to_string();
+    let tail: Vec<u8> = if binary_out { values.iter().flat_map(|x| x.to_le_bytes()).collect() } else { Vec::new() };
     b.answered(arrived);
-    if !binary {
-        return HttpResponse::Ok().content_type("application/json").body(head);
-    }
-    let mut bytes = Vec::with_capacity(head.len() + 4 * values.len());
-    bytes.extend_from_slice(head.as_bytes());
-    bytes.extend(values.iter().flat_map(|x| x.to_le_bytes()));
-    HttpResponse::Ok()
-        .content_type("application/octet-stream")
-        .insert_header((HEADER_LENGTH, head.len().to_string()))
-        .body(bytes)
+    respond(resp.to_string(), &tail)
 }
 
 const USAGE: &str =
@@ -182,14 +150,11 @@ const USAGE: &str =
                      [--delay-us 200] [--preferred 8] [--max-batch 64] [--session KEY=VALUE]...";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut port = 8000u16;
     let mut grpc_port = None;
     let mut workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let mut model = root.join("model_repository/mlp/1/model.onnx");
-    let mut library = std::env::var_os("ORT_DYLIB_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(".venv/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1"));
+    let mut model = repo_root().join("model_repository/mlp/1/model.onnx");
+    let mut library = default_onnxruntime_library();
     let (mut delay_us, mut preferred, mut max_batch) = (200u64, 8usize, 64usize);
     let mut session = Vec::new();
     let mut it = std::env::args().skip(1);
